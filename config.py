@@ -1,0 +1,39 @@
+"""kb-eval configuration: your models (OpenAI-compatible endpoints) and default settings.
+
+This is your file. Add a model by appending a dict to MODELS; change a default in
+DEFAULTS. Everything is validated when a command starts: a wrong value stops it with one
+line naming the field. Keys are read from the environment variable named by
+`api_key_env`, never from this file.
+"""
+
+MODELS = [
+    # name: what you pass to --model; model: the id the endpoint expects.
+    dict(name="deepseek-chat", base_url="https://api.deepseek.com", model="deepseek-chat",
+         api_key_env="DEEPSEEK_API_KEY", temperature=0.0, max_tokens=8192,
+         max_concurrency=16, price_in_per_mtok=0.27, price_out_per_mtok=1.10),
+    dict(name="deepseek-reasoner", base_url="https://api.deepseek.com",
+         model="deepseek-reasoner", api_key_env="DEEPSEEK_API_KEY", reasoning=True,
+         max_tokens=32768, max_concurrency=16, timeout_s=900,
+         price_in_per_mtok=0.55, price_out_per_mtok=2.19),
+    dict(name="gpt-4.1", base_url="https://api.openai.com/v1", model="gpt-4.1",
+         api_key_env="OPENAI_API_KEY", temperature=0.0, max_tokens=16384,
+         max_concurrency=8, price_in_per_mtok=2.0, price_out_per_mtok=8.0),
+    # A local vLLM / SGLang server (`vllm serve <model> --port 8000`); no key needed.
+    dict(name="local-vllm", base_url="http://127.0.0.1:8000/v1", model="local-model",
+         api_key_env=None, temperature=0.0, max_tokens=8192, max_concurrency=32),
+]
+
+DEFAULTS = dict(
+    source="bert",            # bundled suite, KernelBench-layout folder, or hf[:repo-or-dir]
+    backend="auto",           # cuda | triton | cpp; auto = cuda with a GPU, cpp without
+    precision="fp32",         # fp32 (TF32 off) | fp16 | bf16
+    results_dir="results",
+    cache_dir=".cache/kb_eval",
+    warmup=5,                 # untimed calls before timing
+    trials=100,               # timed calls (GPU)
+    cpu_trials=10,            # timed calls on a CPU-only machine (CPU kernels are slow)
+    correct_trials=5,         # correctness trials, each with fresh inputs
+    build_timeout_s=600,
+    run_timeout_s=300,
+    mem_limit_mb=16000,       # host memory per child process
+)

@@ -1,0 +1,1 @@
+"""Baseline stage: time the PyTorch reference of every selected problem."""

@@ -1,0 +1,105 @@
+"""python -m kb_eval.baseline: time the PyTorch reference of every selected problem.
+
+Writes results/baseline/<gpu-slug>/<precision>[_<mode>].json (cpu as the slug without a GPU).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+from kb_eval.baseline.stage import BaselineJob, run_baseline
+from kb_eval.cli import Parser, add_precision_flag, add_selection_flags, run_cli
+from kb_eval.errors import UserError
+from kb_eval.problems import load_problems
+from kb_eval.settings import load_settings
+from kb_eval.timing import TimingSettings
+
+
+def parser(defaults) -> Parser:
+    p = Parser(prog="python -m kb_eval.baseline",
+               description="Time the PyTorch reference of every selected problem with the "
+                           "shared timing module (CUDA events, L2 flushed, fresh inputs per "
+                           "call), each problem in its own child process.")
+    add_selection_flags(p, defaults.source)
+    add_precision_flag(p, defaults.precision)
+    p.add_argument("--compile", dest="compile_mode", default=None,
+                   choices=["default", "reduce-overhead", "max-autotune"],
+                   help="time torch.compile(model, mode=...) instead of eager")
+    p.add_argument("--warmup", type=int, default=defaults.warmup,
+                   help=f"untimed calls before timing (default: {defaults.warmup})")
+    p.add_argument("--trials", type=int, default=None,
+                   help=f"timed calls (default: {defaults.trials} on GPU, "
+                        f"{defaults.cpu_trials} on CPU)")
+    p.add_argument("--no-l2-flush", action="store_true", help="do not flush L2 between calls")
+    p.add_argument("--device", choices=["cuda", "cpu"], default=None,
+                   help="where to time (default: cuda if a GPU is visible, else cpu)")
+    p.add_argument("--gpus", default=None,
+                   help="GPU indices to spread problems over, e.g. 0,1 (default: all visible)")
+    p.add_argument("--timeout", type=float, default=defaults.run_timeout_s,
+                   help=f"seconds per problem before its child is killed "
+                        f"(default: {defaults.run_timeout_s:g})")
+    p.add_argument("--results-dir", default=str(defaults.results_dir),
+                   help=f"root of result files (default: {defaults.results_dir})")
+    p.add_argument("--output", default=None, help="write this file instead of the default path")
+    p.add_argument("--resume", action="store_true",
+                   help="skip problems already recorded in the file")
+    p.add_argument("--retry-failed", action="store_true",
+                   help="with --resume, time again the problems recorded as failed")
+    p.add_argument("--force", action="store_true",
+                   help="replace an existing file made with other settings")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    settings = load_settings()
+    d = settings.defaults
+    args = parser(d).parse_args(argv)
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UserError("--device cuda asked for, but torch sees no CUDA GPU")
+    gpus = _parse_gpus(args.gpus) if device == "cuda" else []
+    problems = load_problems(args.source, args.level, args.problems, args.name)
+    trials = args.trials or (d.trials if device == "cuda" else d.cpu_trials)
+    timing = TimingSettings(warmup=args.warmup, trials=trials, flush_l2=not args.no_l2_flush)
+    from pathlib import Path
+
+    job = BaselineJob(problems=problems, precision=args.precision,
+                      mode=f"compile-{args.compile_mode}" if args.compile_mode else "eager",
+                      timing=timing, results_dir=Path(args.results_dir), device=device,
+                      gpus=gpus, timeout_s=args.timeout, mem_limit_mb=d.mem_limit_mb,
+                      resume=args.resume, retry_failed=args.retry_failed, force=args.force,
+                      output=Path(args.output) if args.output else None)
+    path, data = run_baseline(job, progress=not args.quiet)
+    _print_summary(path, data, [p.key for p in problems])
+    return 0
+
+
+def _parse_gpus(spec: str | None) -> list[int]:
+    count = torch.cuda.device_count()
+    if not spec:
+        return list(range(count))
+    try:
+        gpus = [int(x) for x in spec.split(",")]
+    except ValueError:
+        raise UserError(f"--gpus {spec!r}: use indices like 0,1") from None
+    bad = [g for g in gpus if not 0 <= g < count]
+    if bad:
+        raise UserError(f"--gpus: no GPU {bad} (this machine has {count})")
+    return gpus
+
+
+def _print_summary(path, data, keys: list[str]) -> None:
+    records = [data.records[k] for k in keys if k in data.records]
+    ok = [r for r in records if r.status == "ok"]
+    print(f"{len(ok)}/{len(records)} timed on {data.hardware.name} ({data.precision}, "
+          f"{data.mode}) -> {path}")
+    for r in records:
+        if r.status != "ok":
+            print(f"  {r.key} {r.name}: {r.error}")
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))

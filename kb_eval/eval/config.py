@@ -1,0 +1,48 @@
+"""EvalConfig: every knob of an evaluation (the CLI and the run stage both fill one)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from kb_eval.timing import TimingSettings
+
+
+class EvalConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    backend: Literal["auto", "cuda", "triton", "cpp"] = "auto"
+    precision: Literal["fp32", "fp16", "bf16"] = "fp32"
+    timing: TimingSettings = Field(default_factory=TimingSettings)
+    correct_trials: int = Field(5, ge=1, description="correctness trials, fresh inputs each")
+    recheck_timed: int = Field(0, ge=0, description="timed calls whose outputs are also "
+                               "checked (picked at random after each call)")
+    atol: float | None = Field(None, ge=0, description="default: per precision")
+    rtol: float | None = Field(None, ge=0, description="default: per precision")
+    live_baseline: bool = Field(False, description="time the reference in this run instead "
+                                "of reading results/baseline/<gpu>/<precision>.json")
+    results_dir: Path = Path("results")
+    cache_dir: Path = Path(".cache/kb_eval")
+    jobs: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1,
+                      description="parallel build children")
+    max_jobs_per_build: int = Field(2, ge=1, description="compiler processes per build (MAX_JOBS)")
+    devices: list[str] | None = Field(None, description="GPU ids to evaluate on "
+                                      "(default: every visible GPU)")
+    build_timeout_s: float = Field(600, gt=0)
+    run_timeout_s: float = Field(300, gt=0)
+    mem_limit_mb: int | None = Field(16000, ge=256)
+    extra_env: dict[str, str] = Field(default_factory=dict, description="added to every "
+                                      "child's environment (e.g. PATH)")
+    keep_workdirs: bool = Field(False, description="keep each sample's scratch folder")
+
+    def device_kind(self, cuda_available: bool) -> str:
+        """cpp candidates run on the CPU; cuda and triton need a GPU."""
+        return "cpu" if self.resolved_backend(cuda_available) == "cpp" else "cuda"
+
+    def resolved_backend(self, cuda_available: bool) -> str:
+        if self.backend == "auto":
+            return "cuda" if cuda_available else "cpp"
+        return self.backend

@@ -1,0 +1,138 @@
+"""Scheduling: builds on CPU workers, evaluations one at a time per device.
+
+    submit() ──► build pool (ThreadPoolExecutor of `jobs` build children, no GPU visible)
+                   │ built (or cached)           │ compile error / build crash
+                   ▼                             ▼
+             ready queue ──► one thread per device (GPU id or "cpu"): candidate child,
+                             reference child when needed, compare  ──► done queue
+                                                                          │
+    results() ◄───────────────────────────────────────────────────────────┘
+
+Devices never wait on a compiler: a sample reaches the ready queue only once built, and
+builds of later samples go on while devices evaluate. Every child is fresh, so a child
+that hit a CUDA error is never reused. A bug of ours in one sample becomes that sample's
+`eval_error` record; the run goes on.
+"""
+
+from __future__ import annotations
+
+import queue
+import shutil
+import sys
+import threading
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from typing import Iterator
+
+from kb_eval.eval.build import Builder, source_sha256
+from kb_eval.eval.context import EvalContext
+from kb_eval.eval.references import ReferenceStore
+from kb_eval.eval.sample import (SampleTask, evaluate_sample, finish, new_record,
+                                 record_build_failure)
+from kb_eval.problems import Problem
+from kb_eval.results import SampleRecord
+
+_STOP = object()
+
+
+class EvalPool:
+    def __init__(self, ctx: EvalContext):
+        cfg = ctx.config
+        self.ctx = ctx
+        self.builder = Builder(root=cfg.cache_dir / "builds", work_root=ctx.invocation_dir,
+                               fingerprint=ctx.fingerprint, env=ctx.build_env(),
+                               timeout_s=cfg.build_timeout_s, mem_limit_mb=cfg.mem_limit_mb)
+        self.refs = ReferenceStore(ctx)
+        self.builds = ThreadPoolExecutor(cfg.jobs, thread_name_prefix="kb-build")
+        self.ready: queue.Queue = queue.Queue()
+        self.done: queue.Queue = queue.Queue()
+        self._pending = 0
+        self._lock = threading.Lock()
+        self._closed = False
+        self.devices = [threading.Thread(target=self._device_loop, args=(d,), daemon=True,
+                                         name=f"kb-device-{d}") for d in ctx.devices]
+        for t in self.devices:
+            t.start()
+
+    # ---------------------------------------------------------------- intake
+    def submit(self, problem: Problem, sample: int, source: str, turn: int = 0) -> None:
+        slug = f"{problem.source.replace('/', '_')}_{problem.slug}_s{sample}_t{turn}"
+        workdir = self.ctx.invocation_dir / "work" / f"{slug}_{source_sha256(source)[:8]}"
+        task = SampleTask(problem=problem, sample=sample, turn=turn, source=source,
+                          workdir=workdir)
+        with self._lock:
+            self._pending += 1
+        self.builds.submit(self._build, task)
+
+    @property
+    def pending(self) -> int:
+        with self._lock:
+            return self._pending
+
+    def _build(self, task: SampleTask) -> None:
+        try:
+            task.build = self.builder.build(task.source, task.workdir / "build")
+            if task.build.usable:
+                self.ready.put(task)
+            else:
+                self._finish(task, record_build_failure(self.ctx, task))
+        except Exception:  # noqa: BLE001 - our bug: record it, keep going
+            self._finish(task, self._internal_error(task))
+
+    # ---------------------------------------------------------------- devices
+    def _device_loop(self, device: str) -> None:
+        while (task := self.ready.get()) is not _STOP:
+            try:
+                record = evaluate_sample(self.ctx, self.refs, task, device)
+            except Exception:  # noqa: BLE001
+                record = self._internal_error(task)
+            self._finish(task, record)
+
+    def _internal_error(self, task: SampleTask) -> SampleRecord:
+        text = traceback.format_exc()
+        print(f"kb_eval.eval: internal error on {task.problem.key} sample {task.sample}:\n"
+              f"{text}", file=sys.stderr)
+        record = new_record(self.ctx, task)
+        if task.build is not None:
+            record.build = task.build.info
+        record.status, record.error = "eval_error", text.strip().splitlines()[-1][:300]
+        record.detail = text[-4000:]
+        return finish(record, task)
+
+    def _finish(self, task: SampleTask, record: SampleRecord) -> None:
+        if not self.ctx.config.keep_workdirs:
+            shutil.rmtree(task.workdir, ignore_errors=True)
+        self.done.put(record)
+
+    # ---------------------------------------------------------------- output
+    def results(self, intake_done: threading.Event, intake_error: list) -> Iterator[SampleRecord]:
+        """Records as they finish, until intake is over and nothing is pending."""
+        while True:
+            try:
+                record = self.done.get(timeout=0.2)
+            except queue.Empty:
+                if intake_error:
+                    raise intake_error[0]
+                if intake_done.is_set() and self.pending == 0:
+                    return
+                continue
+            with self._lock:
+                self._pending -= 1
+            yield record
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.builds.shutdown(wait=True, cancel_futures=True)
+        while True:  # an abandoned run: drop what was not evaluated yet
+            try:
+                self.ready.get_nowait()
+            except queue.Empty:
+                break
+        for _ in self.devices:
+            self.ready.put(_STOP)
+        for t in self.devices:
+            t.join()
+        self.refs.cleanup()
+        shutil.rmtree(self.ctx.invocation_dir, ignore_errors=True)

@@ -1,0 +1,125 @@
+"""Scores of a run: pure functions of the sample records and of what was asked.
+
+Denominator: the problems asked, each weighing the same whatever its number of samples.
+A problem's rate is the share of its `samples_per_problem` asked samples that pass; a
+missing or failed sample counts as not compiled, not correct, not fast. With one sample
+per problem this is KernelBench's definition: fast_p = share of problems that are correct
+AND have speedup > p.
+
+pass@k is the unbiased estimator of Chen et al. (2021): with n samples of which c are
+correct, 1 - C(n-c, k) / C(n, k), computed as a product so it never overflows.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from typing import Iterable, Mapping
+
+from kb_eval.results import RunSummary, SampleRecord
+
+FAST_P = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
+PASS_K = (1, 5, 10)
+
+
+def fast_p_name(p: float) -> str:
+    """0 -> fast_0, 0.5 -> fast_0.5, 1.0 -> fast_1."""
+    return f"fast_{p:g}"
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Probability that at least one of k samples drawn from n (c correct) is correct."""
+    if not 0 <= c <= n:
+        raise ValueError(f"need 0 <= c <= n, got n={n} c={c}")
+    if k > n:
+        raise ValueError(f"k={k} > n={n}")
+    if n - c < k:
+        return 1.0
+    # C(n-c, k) / C(n, k) = prod_{i=n-c+1}^{n} (1 - k / i)
+    prod = 1.0
+    for i in range(n - c + 1, n + 1):
+        prod *= 1.0 - k / i
+    return 1.0 - prod
+
+
+def geometric_mean(values: Iterable[float]) -> float | None:
+    xs = [v for v in values if v is not None and v > 0 and math.isfinite(v)]
+    if not xs:
+        return None
+    return math.exp(sum(math.log(v) for v in xs) / len(xs))
+
+
+def is_correct(r: SampleRecord) -> bool:
+    return bool(r.correct) and not any(f.severity == "error" for f in r.flags)
+
+
+def is_fast(r: SampleRecord, p: float) -> bool:
+    return is_correct(r) and r.speedup is not None and r.speedup > p
+
+
+def _by_problem(records: Iterable[SampleRecord], asked: Iterable[str]) -> dict[str, list[SampleRecord]]:
+    """Records of the asked problems; the last record of a (key, sample) wins, and of a
+    multi-turn sample, its last turn."""
+    latest: dict[tuple[str, int], SampleRecord] = {}
+    for r in records:
+        slot = (r.key, r.sample)
+        if slot not in latest or r.turn >= latest[slot].turn:
+            latest[slot] = r
+    grouped: dict[str, list[SampleRecord]] = {k: [] for k in asked}
+    for (key, _), r in latest.items():
+        if key in grouped:
+            grouped[key].append(r)
+    return grouped
+
+
+def summarize(records: Iterable[SampleRecord], problems_asked: Iterable[str],
+              samples_per_problem: int = 1, fast_ps: Iterable[float] = FAST_P,
+              ks: Iterable[int] = PASS_K) -> RunSummary:
+    records = list(records)
+    grouped = _by_problem(records, list(dict.fromkeys(problems_asked)))
+    n_problems = len(grouped)
+    # A problem with more records than asked (e.g. a rerun) uses them all as its n.
+    n_of = {k: max(samples_per_problem, len(rs)) for k, rs in grouped.items()}
+
+    def rate(pred) -> float:
+        if not n_problems:
+            return 0.0
+        return sum(sum(map(pred, rs)) / n_of[k] for k, rs in grouped.items()) / n_problems
+
+    correct = [r for rs in grouped.values() for r in rs if is_correct(r)]
+    pass_k = {}
+    for k in ks:
+        if n_problems and all(k <= n for n in n_of.values()):
+            pass_k[f"pass@{k}"] = sum(
+                pass_at_k(n_of[key], sum(map(is_correct, rs)), k)
+                for key, rs in grouped.items()) / n_problems
+    return RunSummary(
+        problems=n_problems,
+        samples_per_problem=samples_per_problem,
+        samples=sum(len(rs) for rs in grouped.values()),
+        compiled_rate=rate(lambda r: bool(r.compiled)),
+        correct_rate=rate(is_correct),
+        fast_p={fast_p_name(p): rate(lambda r, p=p: is_fast(r, p)) for p in fast_ps},
+        geomean_speedup=geometric_mean(r.speedup for r in correct),
+        pass_at_k=pass_k,
+        status_counts=dict(Counter(r.status for rs in grouped.values() for r in rs)),
+    )
+
+
+def speedups_table(records: Iterable[SampleRecord]):
+    """One row per record (pandas DataFrame): key, sample, status, correct, speedup, ms."""
+    import pandas as pd
+
+    return pd.DataFrame([{
+        "key": r.key, "sample": r.sample, "turn": r.turn, "status": r.status,
+        "compiled": r.compiled, "correct": is_correct(r), "speedup": r.speedup,
+        "candidate_ms": r.timing.median if r.timing else None,
+        "baseline_ms": r.baseline.median if r.baseline else None,
+    } for r in records])
+
+
+def counts_by_status(records: Iterable[SampleRecord]) -> Mapping[str, int]:
+    out: dict[str, int] = defaultdict(int)
+    for r in records:
+        out[r.status] += 1
+    return dict(out)

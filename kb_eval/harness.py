@@ -1,0 +1,65 @@
+"""How a model is built, fed and timed inside a child: one recipe for the reference (in
+baseline and eval) and the candidate, so their times are comparable.
+
+Every timed call gets freshly drawn inputs (drawn before the call, outside the timed
+region): a kernel cannot serve a cached answer keyed by pointer or content, and the L2
+flush already makes each call start cold. Drawing inputs on the GPU costs well under a
+millisecond for hundreds of MB.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any, Callable
+
+import torch
+
+from kb_eval.inputs import (build_model, derive_seed, make_init_inputs, make_inputs,
+                            precision_dtype, set_precision_flags)
+from kb_eval.problems import load_module
+from kb_eval.timing import TimingSettings, TimingStats, time_callable
+
+INIT_SEED = 42  # weights are not secret: the candidate gets the reference's weights anyway
+
+
+def pick_device(requested: str | None = None) -> torch.device:
+    if requested:
+        return torch.device(requested)
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def load_problem(code: str, precision: str, device: torch.device) -> tuple[ModuleType, list]:
+    set_precision_flags(precision)
+    module = load_module(code, "kb_problem")
+    return module, make_init_inputs(module.get_init_inputs, device)
+
+
+def reference_model(module: ModuleType, init: list, precision: str,
+                    device: torch.device) -> torch.nn.Module:
+    return build_model(module.Model, init, INIT_SEED, device, precision_dtype(precision))
+
+
+def inputs_for(module: ModuleType, secret: int, label: Any, precision: str,
+               device: torch.device) -> list:
+    return make_inputs(module.get_inputs, derive_seed(secret, label), device,
+                       precision_dtype(precision))
+
+
+def time_model(model: Callable, module: ModuleType, secret: int, precision: str,
+               device: torch.device, settings: TimingSettings,
+               on_output: Callable[[int, Any], None] | None = None,
+               inputs_hook: Callable[[int, list], list] | None = None) -> TimingStats:
+    """Time `model` on fresh inputs per call. `inputs_hook(i, inputs)` lets eval keep or
+    copy the inputs of a call it will re-check (negative i: warmup)."""
+
+    def args_for_trial(i: int) -> list:
+        inputs = inputs_for(module, secret, ("timing", i), precision, device)
+        return inputs_hook(i, inputs) if inputs_hook else inputs
+
+    with torch.no_grad():
+        return time_callable(model, settings, device, args_for_trial, on_output)
+
+
+def compile_model(model: torch.nn.Module, mode: str) -> Callable:
+    """torch.compile modes for the baseline: default, reduce-overhead, max-autotune."""
+    return torch.compile(model, mode=None if mode == "default" else mode)

@@ -1,0 +1,89 @@
+"""ResponseCache: every answer on disk, one JSON file per request, so a rerun (or a run
+that crashed) asks nothing twice.
+
+    cache = ResponseCache(run_dir / "inference_cache")
+    key = cache_key(identity, messages, params, sample_index, turn)
+    cache.get(key) -> Completion | None       # cached=True
+    cache.put(key, completion, identity=..., messages=..., params=..., sample_index=..., turn=...)
+
+The key is the sha256 of (model identity, messages, sampling params, sample index, turn):
+the sample index keeps k samples of one prompt apart, the identity (name, API model id,
+base_url) keeps a changed config from serving stale answers. Files are written to a temp
+file and os.replace'd, so a file is either whole or absent; an unreadable one is a miss.
+Failed requests are not cached: they are asked again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from kb_eval.inference.completion import Completion
+
+SCHEMA_VERSION = 1
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def prompt_hash(messages: list[dict[str, Any]]) -> str:
+    return hashlib.sha256(_canonical(messages).encode()).hexdigest()
+
+
+def cache_key(identity: dict[str, Any], messages: list[dict[str, Any]], params: dict[str, Any],
+              sample_index: int, turn: int) -> str:
+    payload = {"model": identity, "messages": messages, "params": params,
+               "sample_index": sample_index, "turn": turn}
+    return hashlib.sha256(_canonical(payload).encode()).hexdigest()
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON to `path` via a temp file in the same folder and os.replace."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=1, ensure_ascii=False)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class ResponseCache:
+    def __init__(self, root: Path | str):
+        self.root = Path(root)
+
+    def path(self, key: str) -> Path:
+        return self.root / f"{key}.json"
+
+    def get(self, key: str) -> Completion | None:
+        try:
+            record = json.loads(self.path(key).read_text(encoding="utf-8"))
+            return Completion.model_validate({**record["completion"], "cached": True})
+        except (OSError, ValueError, KeyError, TypeError):
+            return None  # absent, or not ours/unreadable: ask again
+
+    def put(self, key: str, completion: Completion, *, identity: dict[str, Any],
+            messages: list[dict[str, Any]], params: dict[str, Any], sample_index: int,
+            turn: int) -> None:
+        record = {
+            "schema_version": SCHEMA_VERSION,
+            "key": key,
+            "model": identity,
+            "prompt_hash": prompt_hash(messages),
+            "params": params,
+            "sample_index": sample_index,
+            "turn": turn,
+            "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "completion": completion.model_dump(exclude={"cached"}),
+        }
+        write_json_atomic(self.path(key), record)

@@ -1,0 +1,25 @@
+"""Completion: what every model's `generate` returns (API model, offline model, cache).
+
+`text` is the answer only; `reasoning` holds a reasoning model's thinking (DeepSeek's
+`reasoning_content`, vLLM's `reasoning`, or a leading <think>...</think> block), kept apart
+so that code extraction and the next turn's history never see it. Token counts are 0 when
+the server reports no usage; `cost` is None when the endpoint has no prices.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+
+class Completion(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    text: str
+    reasoning: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency_s: float = 0.0          # wall time of the request that answered (not of retries)
+    attempts: int = 1               # requests sent, retries included (0 for offline models)
+    finish_reason: str | None = None  # "stop", "length" (hit max_tokens), ...
+    cost: float | None = None       # USD, from the endpoint's per-million-token prices
+    cached: bool = False            # True when it came from the response cache

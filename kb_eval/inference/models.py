@@ -1,0 +1,142 @@
+"""Models: anything with `generate(messages, sample_index, *, turn, problem_key) -> Completion`.
+
+    model = get_model("deepseek-chat", config.MODELS, backend="cuda",
+                      cache_dir=run_dir / "inference_cache")
+    completion = model.generate(messages, sample_index=0, turn=0, problem_key="bert/level1/3")
+
+Implementations:
+  * OpenAIModel: an OpenAI-compatible endpoint through client.ChatClient (thread-safe;
+    call it from the run stage's thread pool).
+  * ReferenceModel ("reference", offline): answers with the hand-written solution for the
+    problem, reference_kernels/solutions/<backend>/<file> where index.json maps the problem
+    key "<source>/level<N>/<id>" to <file>, in a fenced python block; zero tokens, zero cost.
+    A problem without a solution gets a plain-text answer (the eval then records no_code).
+  * CachedModel: wraps any model with a ResponseCache (cache.py); a hit sends nothing.
+    get_model() wraps API models in it when given a cache_dir.
+`problem_key` is only read by ReferenceModel; `turn` is part of the cache key.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Protocol
+
+from kb_eval.errors import UserError
+from kb_eval.inference.cache import ResponseCache, cache_key
+from kb_eval.inference.client import ChatClient, RetryPolicy
+from kb_eval.inference.completion import Completion
+from kb_eval.inference.endpoints import ModelEndpoint, check_api_key, resolve_model
+
+Messages = list[dict[str, str]]
+SOLUTIONS_ROOT = Path(__file__).resolve().parents[2] / "reference_kernels" / "solutions"
+
+
+class Model(Protocol):
+    name: str
+
+    def identity(self) -> dict[str, Any]:
+        """What answers depend on besides the prompt (cache key part)."""
+
+    def params(self) -> dict[str, Any]:
+        """Sampling params sent with each request (cache key part)."""
+
+    def generate(self, messages: Messages, sample_index: int = 0, *, turn: int = 0,
+                 problem_key: str | None = None) -> Completion: ...
+
+
+class OpenAIModel:
+    def __init__(self, endpoint: ModelEndpoint, client: ChatClient):
+        self.name = endpoint.name
+        self.endpoint = endpoint
+        self.client = client
+
+    def identity(self) -> dict[str, Any]:
+        ep = self.endpoint
+        return {"name": ep.name, "model": ep.model, "base_url": ep.base_url}
+
+    def params(self) -> dict[str, Any]:
+        return {**self.endpoint.request_params(), "extra_body": self.endpoint.extra_body}
+
+    def generate(self, messages: Messages, sample_index: int = 0, *, turn: int = 0,
+                 problem_key: str | None = None) -> Completion:
+        return self.client.complete(messages)
+
+
+class ReferenceModel:
+    name = "reference"
+
+    def __init__(self, backend: str, solutions_root: Path | str = SOLUTIONS_ROOT):
+        self.backend = backend
+        self.folder = Path(solutions_root) / backend
+        self._index: dict[str, str] | None = None
+
+    def identity(self) -> dict[str, Any]:
+        return {"name": self.name, "backend": self.backend}
+
+    def params(self) -> dict[str, Any]:
+        return {}
+
+    def generate(self, messages: Messages, sample_index: int = 0, *, turn: int = 0,
+                 problem_key: str | None = None) -> Completion:
+        if problem_key is None:
+            raise ValueError("the reference model needs the problem_key")
+        file_name = self.index().get(problem_key)
+        if file_name is None:
+            return Completion(text=f"The reference model has no {self.backend} solution for "
+                                   f"{problem_key}.", attempts=0, finish_reason="stop", cost=0.0)
+        source = (self.folder / file_name).read_text(encoding="utf-8")
+        return Completion(text=f"```python\n{source.rstrip()}\n```\n", attempts=0,
+                          finish_reason="stop", cost=0.0)
+
+    def index(self) -> dict[str, str]:
+        if self._index is None:
+            path = self.folder / "index.json"
+            try:
+                self._index = json.loads(path.read_text(encoding="utf-8"))
+            except FileNotFoundError:
+                raise UserError(f"the reference model has no solutions for backend "
+                                f"{self.backend!r} ({path} is missing)") from None
+        return self._index
+
+
+class CachedModel:
+    """Any model, with answers read from / written to a ResponseCache."""
+
+    def __init__(self, model: Model, cache: ResponseCache):
+        self.model = model
+        self.cache = cache
+        self.name = model.name
+
+    def identity(self) -> dict[str, Any]:
+        return self.model.identity()
+
+    def params(self) -> dict[str, Any]:
+        return self.model.params()
+
+    def generate(self, messages: Messages, sample_index: int = 0, *, turn: int = 0,
+                 problem_key: str | None = None) -> Completion:
+        identity, params = self.identity(), self.params()
+        key = cache_key(identity, messages, params, sample_index, turn)
+        hit = self.cache.get(key)
+        if hit is not None:
+            return hit
+        completion = self.model.generate(messages, sample_index, turn=turn,
+                                         problem_key=problem_key)
+        self.cache.put(key, completion, identity=identity, messages=messages, params=params,
+                       sample_index=sample_index, turn=turn)
+        return completion
+
+
+def get_model(name: str, models: Iterable[Mapping[str, Any] | ModelEndpoint], *, backend: str,
+              cache_dir: Path | str | None = None, retry: RetryPolicy | None = None,
+              solutions_root: Path | str = SOLUTIONS_ROOT) -> Model:
+    """The model called `name` (built-in or from MODELS). API models are cached under
+    `cache_dir` when given; the offline reference model never is (its answers are files
+    already, and a cache would hide edits to them). Raises UserError for an unknown name
+    or a missing API key, before any request is sent."""
+    if name == ReferenceModel.name:
+        return ReferenceModel(backend, solutions_root)
+    endpoint = resolve_model(name, models)
+    model = OpenAIModel(endpoint, ChatClient(endpoint, check_api_key(endpoint), retry))
+    return CachedModel(model, ResponseCache(cache_dir)) if cache_dir is not None else model

@@ -1,0 +1,88 @@
+"""Precision and inputs: the same rules for the reference and the candidate.
+
+Inputs are drawn from a seed directly on the target device (`get_inputs()` runs under
+`torch.device(dev)`, so KernelBench's plain `torch.randn(...)` calls allocate on the GPU:
+no host-side generation and copy of hundreds of MB). Floating inputs and the model are cast
+to the run's precision; fp32 runs with TF32 off, so fp32 means fp32.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Callable
+
+import torch
+
+PRECISIONS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+# Default tolerances per precision (atol, rtol); the eval config may override them.
+TOLERANCES = {"fp32": (1e-4, 1e-4), "fp16": (1e-2, 1e-2), "bf16": (1e-2, 1e-2)}
+
+
+def precision_dtype(precision: str) -> torch.dtype:
+    try:
+        return PRECISIONS[precision]
+    except KeyError:
+        from kb_eval.errors import UserError
+        raise UserError(f"unknown precision {precision!r}: use one of {list(PRECISIONS)}") from None
+
+
+def set_precision_flags(precision: str) -> None:
+    """fp32 is real fp32: no TF32 in matmuls or convolutions."""
+    precision_dtype(precision)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+
+
+def derive_seed(secret: int, *parts: Any) -> int:
+    """A 63-bit seed from a secret and labels (problem key, trial): independent streams."""
+    h = hashlib.sha256(repr((secret, *parts)).encode()).digest()
+    return int.from_bytes(h[:8], "little") >> 1
+
+
+def cast_tree(x: Any, dtype: torch.dtype) -> Any:
+    """Cast floating tensors (in lists/tuples) to dtype; leave ints, bools and others."""
+    if isinstance(x, torch.Tensor):
+        return x.to(dtype) if x.is_floating_point() else x
+    if isinstance(x, (list, tuple)):
+        return type(x)(cast_tree(v, dtype) for v in x)
+    return x
+
+
+def make_inputs(get_inputs: Callable[[], list], seed: int, device: str | torch.device,
+                dtype: torch.dtype) -> list:
+    """Seeded inputs created on `device`, floats cast to `dtype`."""
+    torch.manual_seed(seed)
+    with torch.device(device):
+        inputs = get_inputs()
+    return [cast_tree(x, dtype) for x in inputs]
+
+
+def make_init_inputs(get_init_inputs: Callable[[], list], device) -> list:
+    with torch.device(device):
+        return list(get_init_inputs())
+
+
+def build_model(cls: type, init_inputs: list, seed: int, device, dtype: torch.dtype,
+                reference_state: dict | None = None) -> torch.nn.Module:
+    """Construct under a fixed seed (KernelBench's rule for matching weights), then copy
+    the reference's weights when the parameter sets agree (robust to init order)."""
+    torch.manual_seed(seed)
+    with torch.device(device):
+        model = cls(*init_inputs)
+    if reference_state is not None:
+        own = model.state_dict()
+        if own.keys() == reference_state.keys() and all(
+                own[k].shape == reference_state[k].shape for k in own):
+            model.load_state_dict(reference_state)
+    return model.to(device=device, dtype=dtype).eval()
+
+
+def copy_tree(x: Any) -> Any:
+    """Fresh copies of tensors, so a callee cannot touch the caller's inputs."""
+    if isinstance(x, torch.Tensor):
+        return x.clone()
+    if isinstance(x, (list, tuple)):
+        return type(x)(copy_tree(v) for v in x)
+    return x

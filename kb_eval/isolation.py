@@ -1,0 +1,334 @@
+"""Run one task in a fresh child process and tell what became of it.
+
+Every task (one reference timing, one candidate build, one candidate run) gets a new
+Python process: `python -m kb_eval.isolation` reads one task from its stdin, calls
+`module:function(payload, workdir)`, writes the returned dict to a result file and exits.
+The parent never imports what the task runs. It watches the child from outside:
+- a wall timeout, a host-memory limit (RSS of the child's process group, polled) and an
+  output limit (stdout+stderr go to a log file whose size is polled); any of them kills
+  the whole process group;
+- after the child ends, the group is killed again, and orphans that the child's
+  descendants left (they are re-parented to us, a child subreaper) are killed too;
+- the verdict is read from the exit status and the result file only after exit, so a
+  crash cannot leave half a message behind.
+To hide Python + torch start-up (seconds), a spare child per environment is started ahead
+and waits, torch imported, for its task on stdin; each spare still runs exactly one task.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MARKER = "KB_EVAL_SANDBOX"
+POLL_S = 0.02
+
+
+@dataclass
+class ChildOutcome:
+    status: str  # ok | error | crashed | timeout | oom | output_flood | no_result
+    exit_code: int | None = None
+    signal_name: str | None = None
+    result: dict | None = None
+    error: str | None = None  # exception type and message when status == "error"
+    output_tail: str = ""
+    wall_s: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def describe(self) -> str:
+        if self.status == "crashed":
+            return f"crashed ({self.signal_name or f'exit {self.exit_code}'})"
+        return self.error or self.status
+
+
+# ------------------------------------------------------------------ parent side
+def run_isolated(target: str, payload: dict, *, workdir: Path, timeout_s: float,
+                 mem_limit_mb: int | None = None, env: dict | None = None,
+                 output_limit_mb: int = 64, prewarm: bool = False) -> ChildOutcome:
+    """Run `target` ("pkg.module:function") as `function(payload, workdir) -> dict` in a
+    fresh child. `prewarm` keeps a spare child with the same env ready for the next call."""
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    result_path = workdir / "result.json"
+    log_path = workdir / "output.log"
+    result_path.unlink(missing_ok=True)
+    child = _SPARES.take(env) if prewarm else None
+    if child is None:
+        child = _Child.start(env, log_path)
+    else:
+        child.adopt_log(log_path)
+    if prewarm:
+        _SPARES.refill(env)
+    task = {"target": target, "payload": payload, "workdir": str(workdir),
+            "result_path": str(result_path)}
+    t0 = time.monotonic()
+    child.send(task)
+    status = child.watch(timeout_s, mem_limit_mb, output_limit_mb << 20)
+    wall = time.monotonic() - t0
+    child.kill_all()
+    return _outcome(status, child, result_path, wall)
+
+
+def _outcome(status: str | None, child: "_Child", result_path: Path, wall: float) -> ChildOutcome:
+    code = child.proc.returncode
+    sig = signal.Signals(-code).name if code is not None and code < 0 else None
+    out = ChildOutcome(status=status or "ok", exit_code=code, signal_name=sig,
+                       output_tail=child.log_tail(), wall_s=wall)
+    if status:  # killed by us: timeout / oom / output_flood
+        return out
+    message = _read_result(result_path)
+    if message is None:
+        out.status = "crashed" if (sig or code) else "no_result"
+    elif message.get("ok"):
+        out.result = message.get("result") or {}
+    else:
+        out.status = "error"
+        out.error = message.get("error", "unknown error")
+        out.output_tail = (out.output_tail + "\n" + message.get("traceback", "")).strip()
+    return out
+
+
+def _read_result(path: Path) -> dict | None:
+    try:
+        message = json.loads(path.read_text())
+        return message if isinstance(message, dict) else None
+    except (OSError, ValueError):
+        return None
+
+
+class _Child:
+    def __init__(self, proc: subprocess.Popen, log_file):
+        self.proc = proc
+        self.log_file = log_file
+        self.log_path = Path(log_file.name)
+
+    @classmethod
+    def start(cls, env: dict | None, log_path: Path) -> "_Child":
+        _become_subreaper()
+        log_file = open(log_path, "wb")
+        full_env = {**os.environ, **(env or {}), MARKER: "1", "PYTHONUNBUFFERED": "1"}
+        proc = subprocess.Popen([sys.executable, "-m", "kb_eval.isolation"],
+                                stdin=subprocess.PIPE, stdout=log_file, stderr=subprocess.STDOUT,
+                                env=full_env, start_new_session=True, close_fds=True)
+        return cls(proc, log_file)
+
+    def adopt_log(self, log_path: Path) -> None:
+        """A spare was started with a scratch log; point the task's log name at it."""
+        try:
+            if log_path.exists() or log_path.is_symlink():
+                log_path.unlink()
+            os.link(self.log_path, log_path)
+        except OSError:
+            return  # another file system: keep reading the scratch log
+        self.log_path.unlink(missing_ok=True)
+        self.log_path = log_path
+
+    def send(self, task: dict) -> None:
+        try:
+            self.proc.stdin.write((json.dumps(task) + "\n").encode())
+            self.proc.stdin.close()
+        except (BrokenPipeError, OSError):
+            pass  # the child already died; watch() reports it
+
+    def watch(self, timeout_s: float, mem_limit_mb: int | None, output_limit: int) -> str | None:
+        """Wait for exit; return why we killed it (None if it ended by itself)."""
+        deadline = time.monotonic() + timeout_s
+        tick = 0
+        while self.proc.poll() is None:
+            if time.monotonic() > deadline:
+                return "timeout"
+            tick += 1
+            if tick % 5 == 0:
+                if _file_size(self.log_path) > output_limit:
+                    return "output_flood"
+                if mem_limit_mb and _group_rss_mb(self.proc.pid) > mem_limit_mb:
+                    return "oom"
+            time.sleep(POLL_S)
+        return None
+
+    def kill_all(self) -> None:
+        _killpg(self.proc.pid)
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        self.log_file.close()
+        _reap_orphans()
+
+    def log_tail(self, max_bytes: int = 8192, max_lines: int = 60) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(max(0, _file_size(self.log_path) - max_bytes))
+                text = f.read().decode(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-max_lines:])
+
+
+class _Spares:
+    """At most one waiting child per environment; each is used for exactly one task."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.waiting: dict[str, _Child] = {}
+        self.dir = Path(os.environ.get("TMPDIR", "/tmp")) / f"kb_eval_spares_{os.getpid()}"
+
+    def _key(self, env: dict | None) -> str:
+        return json.dumps(env or {}, sort_keys=True)
+
+    def take(self, env: dict | None) -> _Child | None:
+        with self.lock:
+            child = self.waiting.pop(self._key(env), None)
+        if child is not None and child.proc.poll() is not None:
+            child.kill_all()
+            return None
+        return child
+
+    def refill(self, env: dict | None) -> None:
+        key = self._key(env)
+        with self.lock:
+            if key in self.waiting:
+                return
+            self.dir.mkdir(parents=True, exist_ok=True)
+            log = self.dir / f"spare_{time.monotonic_ns()}.log"
+            self.waiting[key] = _Child.start(env, log)
+
+    def close(self) -> None:
+        with self.lock:
+            children, self.waiting = list(self.waiting.values()), {}
+        for child in children:
+            child.kill_all()
+
+
+_SPARES = _Spares()
+atexit.register(_SPARES.close)
+
+
+# ------------------------------------------------------------------ process hygiene
+_SUBREAPER_SET = False
+
+
+def _become_subreaper() -> None:
+    """Orphans of our children re-parent to us (not init), so we can find and end them."""
+    global _SUBREAPER_SET
+    if _SUBREAPER_SET or not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        pass
+    _SUBREAPER_SET = True
+
+
+def _killpg(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _proc_children() -> list[int]:
+    me, found = str(os.getpid()), []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if stat.rsplit(")", 1)[1].split()[1] == me:
+                found.append(int(entry))
+    return found
+
+
+def _reap_orphans() -> None:
+    """Kill and reap re-parented descendants of sandbox children (they carry MARKER)."""
+    if not sys.platform.startswith("linux"):
+        return
+    for pid in _proc_children():
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:
+            continue
+        if f"{MARKER}=1".encode() in environ and not _is_spare(pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except (ProcessLookupError, ChildProcessError, PermissionError):
+                pass
+
+
+def _is_spare(pid: int) -> bool:
+    with _SPARES.lock:
+        return any(c.proc.pid == pid for c in _SPARES.waiting.values())
+
+
+def _file_size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _group_rss_mb(pgid: int) -> float:
+    """Resident memory of every process in the child's process group."""
+    total_kb = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            if int(stat[2]) != pgid:
+                continue
+            total_kb += int(stat[21]) * (os.sysconf("SC_PAGE_SIZE") // 1024)
+        except (OSError, ValueError, IndexError):
+            continue
+    return total_kb / 1024
+
+
+# ------------------------------------------------------------------ child side
+def _child_main() -> None:
+    import importlib
+
+    try:
+        import torch  # noqa: F401  (the expensive import, done while we wait as a spare)
+    except ImportError:
+        pass
+    line = sys.stdin.readline()
+    if not line:
+        os._exit(0)
+    task = json.loads(line)
+    result_path = Path(task["result_path"])
+    os.chdir(task["workdir"])
+    try:
+        module_name, _, func_name = task["target"].partition(":")
+        func = getattr(importlib.import_module(module_name), func_name)
+        message = {"ok": True, "result": func(task["payload"], Path(task["workdir"]))}
+    except BaseException as e:  # noqa: BLE001 - everything is reported to the parent
+        message = {"ok": False, "error": f"{type(e).__name__}: {e}"[:4000],
+                   "traceback": traceback.format_exc()[-4000:]}
+    tmp = result_path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(message, default=str))
+    os.replace(tmp, result_path)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip interpreter teardown: CUDA and extension destructors can hang or crash there.
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    _child_main()

@@ -1,0 +1,205 @@
+"""Problems: one `Problem` type and the loaders that find them.
+
+A problem is a KernelBench-format source (`Model`, `get_inputs`, `get_init_inputs`).
+Sources: a bundled suite (`ops`, `bert`, ... under reference_kernels/problems/), a local
+folder in KernelBench layout (`level<N>/<id>_<Name>.py`), or the Hugging Face dataset
+(`hf` or `hf:<repo-id-or-local-dir>`). The parent only parses problem code (ast); it is
+executed in child processes through `load_module`.
+"""
+
+from __future__ import annotations
+
+import ast
+import linecache
+import re
+import sys
+import types
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from kb_eval.errors import UserError
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+BUNDLED_DIR = REPO_ROOT / "reference_kernels" / "problems"
+HF_DEFAULT_REPO = "ScalingIntelligence/KernelBench"
+_FILE_RE = re.compile(r"^(\d+)_(.+)\.py$")
+_LEVEL_RE = re.compile(r"^level_?(\d+)$")
+
+
+class Problem(BaseModel):
+    source: str
+    level: int
+    problem_id: int
+    name: str
+    code: str
+    path: str | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.source}/level{self.level}/{self.problem_id}"
+
+    @property
+    def slug(self) -> str:
+        return f"level{self.level}_problem{self.problem_id}"
+
+
+# ---------------------------------------------------------------- selection parsing
+def parse_ids(spec: str | None) -> set[int] | None:
+    """'1-10,15' -> {1..10, 15}; None or '' -> None (all)."""
+    if not spec:
+        return None
+    ids: set[int] = set()
+    for part in spec.split(","):
+        part = part.strip()
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        if not m:
+            raise UserError(f"bad --problems entry {part!r}: use ids and ranges like 1-10,15")
+        lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
+        if hi < lo:
+            raise UserError(f"bad --problems range {part!r}: end before start")
+        ids.update(range(lo, hi + 1))
+    return ids
+
+
+def select(problems: list[Problem], level: int | None, ids: str | None, name: str | None,
+           where: str) -> list[Problem]:
+    """Filter by level, id list/ranges and name substring; every asked id must exist."""
+    levels = sorted({p.level for p in problems})
+    if level is not None and level not in levels:
+        raise UserError(f"level {level} not in {where} (levels there: {levels or 'none'})")
+    chosen = [p for p in problems if level is None or p.level == level]
+    wanted = parse_ids(ids)
+    if wanted is not None:
+        have = {p.problem_id for p in chosen}
+        missing = sorted(wanted - have)
+        if missing:
+            raise UserError(f"problem id(s) {_ranges(missing)} not in {where}"
+                            f"{'' if level is None else f' level {level}'}")
+        chosen = [p for p in chosen if p.problem_id in wanted]
+    if name:
+        chosen = [p for p in chosen if name.lower() in p.name.lower()]
+    if not chosen:
+        raise UserError(f"no problem in {where} matches the selection")
+    return sorted(chosen, key=lambda p: (p.level, p.problem_id))
+
+
+def _ranges(ids: list[int]) -> str:
+    return ",".join(str(i) for i in ids[:10]) + ("..." if len(ids) > 10 else "")
+
+
+# ---------------------------------------------------------------- validation
+def check_problem_code(code: str, where: str) -> None:
+    """A problem must define class Model, get_inputs and get_init_inputs (checked by ast)."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError as e:
+        raise UserError(f"{where}: not valid Python ({e.msg}, line {e.lineno})") from None
+    defined = {n.name for n in tree.body
+               if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))}
+    defined |= {t.id for n in tree.body if isinstance(n, ast.Assign)
+                for t in n.targets if isinstance(t, ast.Name)}
+    missing = [s for s in ("Model", "get_inputs", "get_init_inputs") if s not in defined]
+    if missing:
+        raise UserError(f"{where}: not a problem file, it lacks {', '.join(missing)}")
+
+
+# ---------------------------------------------------------------- loaders
+def load_folder(root: Path, source: str) -> list[Problem]:
+    """A KernelBench-layout folder: level<N>/<id>_<Name>.py."""
+    if not root.is_dir():
+        raise UserError(f"problem folder {root} does not exist")
+    problems = []
+    for level_dir in sorted(root.iterdir()):
+        m = _LEVEL_RE.match(level_dir.name)
+        if not (level_dir.is_dir() and m):
+            continue
+        for f in sorted(level_dir.glob("*.py")):
+            fm = _FILE_RE.match(f.name)
+            if not fm:
+                continue
+            code = f.read_text()
+            check_problem_code(code, str(f))
+            problems.append(Problem(source=source, level=int(m.group(1)),
+                                    problem_id=int(fm.group(1)), name=fm.group(2),
+                                    code=code, path=str(f)))
+    if not problems:
+        raise UserError(f"{root} holds no problems (expected level<N>/<id>_<Name>.py files)")
+    return problems
+
+
+def bundled_suites() -> list[str]:
+    return sorted(p.name for p in BUNDLED_DIR.iterdir() if p.is_dir()) if BUNDLED_DIR.is_dir() else []
+
+
+def load_hf(spec: str, level: int | None) -> list[Problem]:
+    """The KernelBench dataset (splits level_1..), from the hub (offline cache honoured by
+    `datasets` itself through HF_HUB_OFFLINE) or from a local copy: a `save_to_disk`
+    folder, or a folder of parquet files named like the hub's (`level_1-*.parquet`)."""
+    import datasets  # slow import: only when asked
+
+    target = spec.partition(":")[2] or HF_DEFAULT_REPO
+    levels = [level] if level is not None else [1, 2, 3, 4]
+    local = Path(target)
+    try:
+        if (local / "dataset_dict.json").exists():
+            dd = datasets.load_from_disk(str(local))
+            splits = {n: dd[f"level_{n}"] for n in levels if f"level_{n}" in dd}
+        elif local.is_dir():
+            splits = {}
+            for n in levels:
+                files = sorted(str(f) for f in local.rglob(f"level_{n}*.parquet"))
+                if files:
+                    splits[n] = datasets.load_dataset("parquet", data_files=files, split="train")
+        else:
+            splits = {}
+            for n in levels:
+                try:
+                    splits[n] = datasets.load_dataset(target, split=f"level_{n}")
+                except ValueError:  # unknown split
+                    if level is not None:
+                        raise
+    except (FileNotFoundError, ConnectionError, ValueError, OSError) as e:
+        raise UserError(f"cannot load dataset {target!r}: {str(e).splitlines()[0]}") from None
+    if level is not None and level not in splits:
+        raise UserError(f"level {level} not in dataset {target!r}")
+    problems = []
+    for n, ds in splits.items():
+        for row in ds:
+            where = f"{target} level_{n} problem {row['problem_id']}"
+            check_problem_code(row["code"], where)
+            problems.append(Problem(source="hf", level=int(row.get("level") or n),
+                                    problem_id=int(row["problem_id"]), name=str(row["name"]).removesuffix(".py").split("_", 1)[-1],
+                                    code=row["code"]))
+    return problems
+
+
+def load_problems(source: str = "bert", level: int | None = None, ids: str | None = None,
+                  name: str | None = None) -> list[Problem]:
+    """Resolve a source (bundled suite name, folder path, `hf[:repo-or-dir]`) and select."""
+    if source == "hf" or source.startswith("hf:"):
+        return select(load_hf(source, level), level, ids, name, where=source)
+    if source in bundled_suites():
+        return select(load_folder(BUNDLED_DIR / source, source), level, ids, name, where=source)
+    path = Path(source).expanduser()
+    if path.exists() or "/" in source or source.startswith("."):
+        return select(load_folder(path, source_label(path)), level, ids, name, where=str(path))
+    raise UserError(f"unknown problem source {source!r}: use one of {bundled_suites()}, "
+                    f"a folder in KernelBench layout, or hf[:repo-or-dir]")
+
+
+def source_label(path: Path) -> str:
+    """A short stable label for a local folder, used in problem keys."""
+    return "local-" + re.sub(r"[^A-Za-z0-9_.-]+", "-", path.resolve().name)
+
+
+# ---------------------------------------------------------------- execution (children only)
+def load_module(code: str, module_name: str) -> types.ModuleType:
+    """Exec a problem or candidate source as a fresh module. Call only in child processes."""
+    module = types.ModuleType(module_name)
+    module.__file__ = f"<{module_name}>"
+    # Triton's @jit reads its kernel's source through inspect/linecache: register it.
+    linecache.cache[module.__file__] = (len(code), None, code.splitlines(True), module.__file__)
+    sys.modules[module_name] = module
+    exec(compile(code, module.__file__, "exec"), module.__dict__)
+    return module

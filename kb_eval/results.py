@@ -1,0 +1,241 @@
+"""Schemas of every file we write, and how we write them (atomically).
+
+Each file carries `schema_version`, the hardware, torch/CUDA versions, the precision and
+what produced it, so numbers from different machines or settings are never mixed by
+accident. Writes go to a temp file in the same folder and are renamed over the target:
+a crash leaves the previous complete file, never half a JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import sys
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, Field, ValidationError
+
+from kb_eval import __version__
+from kb_eval.errors import UserError
+from kb_eval.timing import TimingSettings, TimingStats
+
+SCHEMA_VERSION = 1
+RESULTS_DIR = Path("results")
+M = TypeVar("M", bound=BaseModel)
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def slugify(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "unknown"
+
+
+class HardwareInfo(BaseModel):
+    device: str  # "cuda" or "cpu"
+    name: str
+    slug: str
+    torch_version: str
+    cuda_version: str | None = None
+    capability: str | None = None
+    num_sms: int | None = None
+    l2_bytes: int | None = None
+    memory_bytes: int | None = None
+    cpu: str = Field(default_factory=platform.processor)
+    cpu_count: int = Field(default_factory=lambda: os.cpu_count() or 1)
+    python: str = Field(default_factory=lambda: sys.version.split()[0])
+
+    @classmethod
+    def detect(cls, device: str | None = None) -> "HardwareInfo":
+        """Describe the device that `device` (default: cuda:0 if present) names."""
+        import torch
+
+        use_cuda = torch.cuda.is_available() and (device is None or device.startswith("cuda"))
+        if not use_cuda:
+            return cls(device="cpu", name=platform.processor() or platform.machine(),
+                       slug="cpu", torch_version=torch.__version__)
+        idx = torch.device(device or "cuda").index or 0
+        p = torch.cuda.get_device_properties(idx)
+        return cls(device="cuda", name=p.name, slug=slugify(p.name),
+                   torch_version=torch.__version__, cuda_version=torch.version.cuda,
+                   capability=f"{p.major}.{p.minor}", num_sms=p.multi_processor_count,
+                   l2_bytes=getattr(p, "L2_cache_size", None), memory_bytes=p.total_memory)
+
+
+class Producer(BaseModel):
+    tool: str
+    version: str = __version__
+    argv: list[str] = Field(default_factory=lambda: list(sys.argv))
+
+
+class FileHeader(BaseModel):
+    schema_version: int = SCHEMA_VERSION
+    kind: str
+    created: str = Field(default_factory=now_iso)
+    updated: str = Field(default_factory=now_iso)
+    produced_by: Producer
+    hardware: HardwareInfo
+    precision: str
+    timing: TimingSettings
+
+
+# ------------------------------------------------------------------ baseline
+class BaselineRecord(BaseModel):
+    key: str
+    source: str
+    level: int
+    problem_id: int
+    name: str
+    status: str  # ok | error | crashed | timeout | oom | ...
+    error: str | None = None
+    output_tail: str | None = None
+    timing: TimingStats | None = None
+    wall_s: float | None = None
+
+
+class BaselineFile(FileHeader):
+    kind: str = "baseline"
+    mode: str = "eager"  # eager | compile-default | compile-reduce-overhead | compile-max-autotune
+    records: dict[str, BaselineRecord] = Field(default_factory=dict)
+
+
+def baseline_path(root: Path, hw_slug: str, precision: str, mode: str = "eager") -> Path:
+    suffix = "" if mode == "eager" else f"_{mode}"
+    return Path(root) / "baseline" / hw_slug / f"{precision}{suffix}.json"
+
+
+# ------------------------------------------------------------------ run results
+# Defined by the evaluation stage (kb_eval/eval); one SampleRecord per evaluated sample.
+class Flag(BaseModel):
+    """A finding of a guard: `error` makes the sample incorrect, `warning` is reported."""
+    code: str
+    severity: str = "warning"  # info | warning | error
+    message: str = ""
+
+
+class CrashInfo(BaseModel):
+    phase: str  # build | load | correctness | timing | reference
+    kind: str  # segfault | abort | killed | exit | timeout | oom | output_flood | cuda_error | error
+    exit_code: int | None = None
+    signal: str | None = None
+    output_tail: str = ""
+
+
+class BuildInfo(BaseModel):
+    cache_key: str
+    cache_hit: bool = False
+    status: str = "ok"  # ok | compile_error | deferred | crashed | timeout | oom | ...
+    seconds: float = 0.0
+
+
+class CorrectnessInfo(BaseModel):
+    trials: int = 0  # comparisons made (correctness trials + re-checked timed calls)
+    passed: int = 0
+    max_abs_diff: float | None = None
+    mean_abs_diff: float | None = None
+    max_rel_diff: float | None = None
+    atol: float | None = None
+    rtol: float | None = None
+    failures: list[str] = Field(default_factory=list)
+
+
+class SampleRecord(BaseModel):
+    model_config = {"extra": "allow"}
+    key: str
+    sample: int = 0
+    turn: int = 0
+    source: str = ""
+    level: int = 0
+    problem_id: int = 0
+    name: str = ""
+    backend: str = ""
+    precision: str = ""
+    source_sha256: str = ""
+    # correct | incorrect | compile_error | runtime_error | crashed | timeout | oom |
+    # output_flood | reference_error
+    status: str = "not_run"
+    compiled: bool = False
+    correct: bool = False
+    error: str | None = None  # one line
+    detail: str | None = None  # trimmed compiler output, traceback or output tail
+    crash: CrashInfo | None = None
+    build: BuildInfo | None = None
+    correctness: CorrectnessInfo | None = None
+    timing: TimingStats | None = None
+    baseline: TimingStats | None = None
+    baseline_source: str | None = None  # file | live
+    speedup: float | None = None  # baseline median / candidate median, correct samples only
+    flags: list[Flag] = Field(default_factory=list)
+    wall_s: float = 0.0
+    finished: str = Field(default_factory=now_iso)
+
+
+class RunSummary(BaseModel):
+    model_config = {"extra": "allow"}
+    problems: int = 0  # problems asked: the denominator of every rate
+    samples_per_problem: int = 1
+    samples: int = 0  # records present
+    compiled_rate: float = 0.0
+    correct_rate: float = 0.0
+    fast_p: dict[str, float] = Field(default_factory=dict)  # fast_0 .. fast_2
+    geomean_speedup: float | None = None  # over correct samples
+    pass_at_k: dict[str, float] = Field(default_factory=dict)  # "pass@1", ...
+    status_counts: dict[str, int] = Field(default_factory=dict)
+
+
+class RunFile(FileHeader):
+    kind: str = "run"
+    model_config = {"extra": "allow"}
+    name: str = ""
+    run: str = ""
+    backend: str = ""
+    source: str = ""
+    baseline: str = ""  # path of the baseline file, or "live"
+    config: dict = Field(default_factory=dict)
+    problems_asked: list[str] = Field(default_factory=list)
+    samples_per_problem: int = 1
+    samples: list[SampleRecord] = Field(default_factory=list)
+    summary: RunSummary | None = None
+
+
+# ------------------------------------------------------------------ IO
+def write_json_atomic(path: Path, data: BaseModel | dict | list) -> None:
+    """Write JSON via a temp file in the same folder and an atomic rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = (data.model_dump_json(indent=1) if isinstance(data, BaseModel)
+            else json.dumps(data, indent=1, default=str))
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_model(path: Path, cls: type[M]) -> M:
+    """Load and validate a file we wrote; a broken or foreign file is a user error."""
+    try:
+        raw: Any = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise UserError(f"{path} does not exist") from None
+    except (OSError, ValueError) as e:
+        raise UserError(f"{path} is not valid JSON ({e})") from None
+    if isinstance(raw, dict) and raw.get("schema_version") not in (None, SCHEMA_VERSION):
+        raise UserError(f"{path} has schema_version {raw.get('schema_version')}, "
+                        f"this kb-eval reads {SCHEMA_VERSION}")
+    try:
+        return cls.model_validate(raw)
+    except ValidationError as e:
+        first = e.errors()[0]
+        raise UserError(f"{path}: field {'.'.join(map(str, first['loc']))}: {first['msg']}") from None

@@ -1,0 +1,77 @@
+"""Load the user's config.py (MODELS and DEFAULTS) and validate it with pydantic.
+
+Where config.py is read from: $KB_EVAL_CONFIG, else ./config.py, else the one at the repo
+root. A wrong value stops the command with one line naming the field.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from kb_eval.errors import UserError
+from kb_eval.problems import REPO_ROOT
+
+
+class Defaults(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    source: str = "bert"
+    backend: Literal["auto", "cuda", "triton", "cpp"] = "auto"
+    precision: Literal["fp32", "fp16", "bf16"] = "fp32"
+    results_dir: Path = Path("results")
+    cache_dir: Path = Path(".cache/kb_eval")
+    warmup: int = Field(5, ge=0)
+    trials: int = Field(100, ge=1)
+    cpu_trials: int = Field(10, ge=1)
+    correct_trials: int = Field(5, ge=1)
+    build_timeout_s: float = Field(600, gt=0)
+    run_timeout_s: float = Field(300, gt=0)
+    mem_limit_mb: int = Field(16000, ge=256)
+
+
+class Settings(BaseModel):
+    models: list  # list[ModelEndpoint], validated by kb_eval.inference.endpoints
+    defaults: Defaults
+    path: Path | None = None
+
+
+def config_path() -> Path | None:
+    for candidate in (os.environ.get("KB_EVAL_CONFIG"), "config.py", REPO_ROOT / "config.py"):
+        if candidate and Path(candidate).is_file():
+            return Path(candidate)
+    if os.environ.get("KB_EVAL_CONFIG"):
+        raise UserError(f"KB_EVAL_CONFIG={os.environ['KB_EVAL_CONFIG']} is not a file")
+    return None
+
+
+@lru_cache(maxsize=4)
+def _load(path: Path | None) -> Settings:
+    raw_models, raw_defaults = [], {}
+    if path is not None:
+        spec = importlib.util.spec_from_file_location("kb_eval_user_config", path)
+        module = importlib.util.module_from_spec(spec)
+        try:
+            spec.loader.exec_module(module)
+        except Exception as e:  # the user's file: report, don't trace
+            raise UserError(f"{path}: cannot load ({type(e).__name__}: {e})") from None
+        raw_models = getattr(module, "MODELS", [])
+        raw_defaults = getattr(module, "DEFAULTS", {})
+    try:
+        defaults = Defaults.model_validate(raw_defaults)
+    except ValidationError as e:
+        err = e.errors()[0]
+        field = ".".join(map(str, err["loc"]))
+        raise UserError(f"{path}: DEFAULTS.{field}: {err['msg']} (got {err.get('input')!r})") from None
+    from kb_eval.inference.endpoints import load_endpoints
+
+    return Settings(models=load_endpoints(raw_models), defaults=defaults, path=path)
+
+
+def load_settings() -> Settings:
+    return _load(config_path())

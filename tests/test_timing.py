@@ -1,0 +1,42 @@
+"""The timing module on CPU: statistics, warmup/discard accounting, fresh args per call."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import pytest
+
+from kb_eval.timing import TimingSettings, TimingStats, time_callable
+
+
+def test_stats_of_known_samples():
+    s = TimingStats.of([4.0, 1.0, 3.0, 2.0, 5.0])
+    assert (s.min, s.max, s.median, s.mean, s.n) == (1.0, 5.0, 3.0, 3.0, 5)
+    assert s.p25 == 2.0 and s.p75 == 4.0
+    assert s.std == pytest.approx(statistics.stdev([1, 2, 3, 4, 5]))
+
+
+def test_calls_counted_and_first_discarded():
+    calls = []
+    stats = time_callable(lambda: calls.append(1), TimingSettings(warmup=3, trials=7))
+    assert len(calls) == 3 + 7 + 1 and stats.n == 7
+    calls.clear()
+    stats = time_callable(lambda: calls.append(1),
+                          TimingSettings(warmup=0, trials=4, discard_first=False))
+    assert len(calls) == 4 and stats.n == 4
+
+
+def test_cpu_clock_measures_the_call():
+    stats = time_callable(lambda: time.sleep(0.01), TimingSettings(warmup=1, trials=5))
+    assert 9.5 <= stats.median <= 60  # ms; generous upper bound for a loaded CI machine
+    assert stats.min <= stats.p25 <= stats.median <= stats.p75 <= stats.max
+
+
+def test_args_per_trial_and_outputs_seen():
+    seen_args, seen_out = [], []
+    time_callable(lambda x: x * 2, TimingSettings(warmup=2, trials=3, discard_first=False),
+                  args_for_trial=lambda i: (seen_args.append(i) or i,),
+                  on_output=lambda i, out: seen_out.append((i, out)))
+    assert seen_args == [-1, -2, 0, 1, 2]  # negative indices are warmup calls
+    assert seen_out == [(0, 0), (1, 2), (2, 4)]
