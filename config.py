@@ -7,20 +7,26 @@ line naming the field. Keys are read from the environment variable named by
 """
 
 MODELS = [
-    # name: what you pass to --model; model: the id the endpoint expects.
+    # name: what you pass to --model; model: the id the endpoint expects. Prices are USD per
+    # million tokens (cache-miss input), for the cost column; check your provider's price list
+    # (DeepSeek's below: V3.2 prices of late 2025). reasoning=True: no temperature/top_p sent,
+    # and the model's thinking is stored apart from its answer.
     dict(name="deepseek-chat", base_url="https://api.deepseek.com", model="deepseek-chat",
          api_key_env="DEEPSEEK_API_KEY", temperature=0.0, max_tokens=8192,
-         max_concurrency=16, price_in_per_mtok=0.27, price_out_per_mtok=1.10),
+         max_concurrency=16, price_in_per_mtok=0.28, price_out_per_mtok=0.42),
     dict(name="deepseek-reasoner", base_url="https://api.deepseek.com",
          model="deepseek-reasoner", api_key_env="DEEPSEEK_API_KEY", reasoning=True,
          max_tokens=32768, max_concurrency=16, timeout_s=900,
-         price_in_per_mtok=0.55, price_out_per_mtok=2.19),
+         price_in_per_mtok=0.28, price_out_per_mtok=0.42),
     dict(name="gpt-4.1", base_url="https://api.openai.com/v1", model="gpt-4.1",
          api_key_env="OPENAI_API_KEY", temperature=0.0, max_tokens=16384,
          max_concurrency=8, price_in_per_mtok=2.0, price_out_per_mtok=8.0),
-    # A local vLLM / SGLang server (`vllm serve <model> --port 8000`); no key needed.
+    # A local vLLM / SGLang server, no key needed, e.g.
+    #   vllm serve Qwen/Qwen2.5-Coder-32B-Instruct --served-model-name local-model --port 8000
+    # (for a reasoning model add vLLM's --reasoning-parser and set reasoning=True here).
     dict(name="local-vllm", base_url="http://127.0.0.1:8000/v1", model="local-model",
-         api_key_env=None, temperature=0.0, max_tokens=8192, max_concurrency=32),
+         api_key_env=None, temperature=0.0, max_tokens=8192, max_concurrency=32,
+         timeout_s=1200),
 ]
 
 DEFAULTS = dict(

@@ -180,11 +180,14 @@ class _Child:
 
 
 class _Spares:
-    """At most one waiting child per environment; each is used for exactly one task."""
+    """Up to DEPTH waiting children per environment, oldest first; each runs one task.
+    Two deep, so that a spare has two tasks' time to import torch before it is needed."""
+
+    DEPTH = 2
 
     def __init__(self):
         self.lock = threading.Lock()
-        self.waiting: dict[str, _Child] = {}
+        self.waiting: dict[str, list[_Child]] = {}
         self.dir = Path(os.environ.get("TMPDIR", "/tmp")) / f"kb_eval_spares_{os.getpid()}"
 
     def _key(self, env: dict | None) -> str:
@@ -192,7 +195,8 @@ class _Spares:
 
     def take(self, env: dict | None) -> _Child | None:
         with self.lock:
-            child = self.waiting.pop(self._key(env), None)
+            queue = self.waiting.get(self._key(env), [])
+            child = queue.pop(0) if queue else None
         if child is not None and child.proc.poll() is not None:
             child.kill_all()
             return None
@@ -201,15 +205,20 @@ class _Spares:
     def refill(self, env: dict | None) -> None:
         key = self._key(env)
         with self.lock:
-            if key in self.waiting:
-                return
+            queue = self.waiting.setdefault(key, [])
             self.dir.mkdir(parents=True, exist_ok=True)
-            log = self.dir / f"spare_{time.monotonic_ns()}.log"
-            self.waiting[key] = _Child.start(env, log)
+            while len(queue) < self.DEPTH:
+                log = self.dir / f"spare_{time.monotonic_ns()}.log"
+                queue.append(_Child.start(env, log))
+
+    def pids(self) -> set[int]:
+        with self.lock:
+            return {c.proc.pid for queue in self.waiting.values() for c in queue}
 
     def close(self) -> None:
         with self.lock:
-            children, self.waiting = list(self.waiting.values()), {}
+            children = [c for queue in self.waiting.values() for c in queue]
+            self.waiting = {}
         for child in children:
             child.kill_all()
 
@@ -273,8 +282,7 @@ def _reap_orphans() -> None:
 
 
 def _is_spare(pid: int) -> bool:
-    with _SPARES.lock:
-        return any(c.proc.pid == pid for c in _SPARES.waiting.values())
+    return pid in _SPARES.pids()
 
 
 def _file_size(path: Path) -> int:

@@ -190,7 +190,7 @@ def load_problems(source: str = "bert", level: int | None = None, ids: str | Non
 
 def source_label(path: Path) -> str:
     """A short stable label for a local folder, used in problem keys."""
-    return "local-" + re.sub(r"[^A-Za-z0-9_.-]+", "-", path.resolve().name)
+    return "local-" + (re.sub(r"[^A-Za-z0-9_.-]+", "-", path.resolve().name).strip(".-") or "dir")
 
 
 # ---------------------------------------------------------------- execution (children only)

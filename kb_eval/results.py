@@ -130,7 +130,9 @@ class CrashInfo(BaseModel):
 class BuildInfo(BaseModel):
     cache_key: str
     cache_hit: bool = False
-    status: str = "ok"  # ok | compile_error | deferred | crashed | timeout | oom | ...
+    # ok | skipped (nothing to compile) | deferred (to the run child) | compile_error |
+    # crashed | timeout | oom | output_flood
+    status: str = "ok"
     seconds: float = 0.0
 
 

@@ -2,16 +2,19 @@
 
 CUDA: each call is bracketed by CUDA events after the L2 cache is flushed (a buffer twice
 the device's L2 is zeroed), so every call starts cold, as the first call of a real model
-step would. Work that a callable leaves on other streams is counted: after the end event
-we synchronize the whole device and record a second event; when that one lands later than
-the end event plus the usual synchronize latency, the call's time is taken up to it (minus
-that latency, calibrated once per process). CPU: the same API with a monotonic clock.
+step would. The flush is queued right before the start event, so the host's launch
+latency is hidden behind it rather than counted. Work that a callable leaves on other
+streams is counted: after the current stream's end event we wait for the whole device; if
+that wait blocks longer than an idle device's (calibrated once per process), the call's
+time runs up to the device going idle.
+CPU: the same API with a monotonic clock.
 Warmup calls first, then `trials` timed calls; the first timed call is discarded by
 default (allocator growth and lazy initialisation land there).
 """
 
 from __future__ import annotations
 
+import gc
 import statistics
 import time
 from typing import Any, Callable, Sequence
@@ -65,13 +68,18 @@ def time_callable(fn: Callable[..., Any], settings: TimingSettings | None = None
     n = settings.trials + (1 if settings.discard_first else 0)
     timer = _CudaTimer(device, settings.flush_l2) if device.type == "cuda" else _CpuTimer()
     samples = []
-    for i in range(n):
-        call_args = args(i)
-        ms, out = timer.time_one(fn, call_args)
-        samples.append(ms)
-        if on_output is not None:
-            on_output(i, out)
-        del out
+    gc.collect()
+    gc.disable()  # a collection pause inside a call would be timed as the call's (timeit does the same)
+    try:
+        for i in range(n):
+            call_args = args(i)
+            ms, out = timer.time_one(fn, call_args)
+            samples.append(ms)
+            if on_output is not None:
+                on_output(i, out)
+            del out, call_args
+    finally:
+        gc.enable()
     if settings.discard_first:
         samples = samples[1:]
     return TimingStats.of(samples)
@@ -85,9 +93,11 @@ class _CpuTimer:
 
 
 class _CudaTimer:
-    _sync_latency_ms: dict[int, float] = {}
+    _calibration: dict[int, tuple[float, float]] = {}
 
     def __init__(self, device: torch.device, flush_l2: bool):
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
         self.device = device
         torch.cuda.set_device(device)
         l2 = torch.cuda.get_device_properties(device).L2_cache_size
@@ -95,39 +105,70 @@ class _CudaTimer:
                           if flush_l2 else None)
         self.start, self.end, self.after_sync = (torch.cuda.Event(enable_timing=True)
                                                  for _ in range(3))
+        self._spin_up()
         self.latency = self._calibrate()
 
-    def _calibrate(self) -> float:
-        """Median gap between an end event and one recorded right after a device sync,
-        when nothing else is running: the cost the side-stream check must not count."""
-        idx = self.device.index or 0
-        if idx not in self._sync_latency_ms:
+    def _spin_up(self, seconds: float = 0.03) -> None:
+        """Keep the GPU busy briefly so its clocks leave idle before anything is timed
+        (an idle H200 sits at a few hundred MHz; a few warmup calls of a 50 us kernel do
+        not wake it)."""
+        buf = self.flush_buf if self.flush_buf is not None else torch.empty(
+            1 << 26, dtype=torch.uint8, device=self.device)
+        t_end = time.perf_counter() + seconds
+        while time.perf_counter() < t_end:
+            for _ in range(20):
+                buf.zero_()
+            torch.cuda.synchronize(self.device)
+
+    def _calibrate(self) -> tuple[float, float]:
+        """With nothing else running: the host time of a device-wide synchronize (the
+        threshold for 'the device was still busy') and the GPU-time gap between an end
+        event and one recorded after that synchronize (subtracted when side-stream work
+        is found)."""
+        idx = self.device.index
+        if idx not in self._calibration:
             probe = torch.empty(1, device=self.device)
-            gaps = []
+            waits, gaps = [], []
             for _ in range(30):
                 self.start.record()
                 probe.zero_()
                 self.end.record()
-                torch.cuda.synchronize(self.device)
+                waits.append(self._wait_for_end())
                 self.after_sync.record()
                 self.after_sync.synchronize()
                 gaps.append(self.end.elapsed_time(self.after_sync))
-            self._sync_latency_ms[idx] = statistics.median(gaps)
-        return self._sync_latency_ms[idx]
+            self._calibration[idx] = (statistics.median(waits), statistics.median(gaps))
+        return self._calibration[idx]
 
-    def time_one(self, fn, call_args):
+    def _wait_for_end(self) -> float:
+        """Wait for the current stream's end event, then for the whole device; return
+        the host milliseconds the device-wide wait took (long = other streams busy)."""
+        self.end.synchronize()
+        t0 = time.perf_counter()
+        torch.cuda.synchronize(self.device)
+        return (time.perf_counter() - t0) * 1e3
+
+    def _pre_queue(self) -> None:
+        """Put GPU work ahead of the start event so that the host's launch latency is not
+        counted: the flush when there is one, else a ~10 us spin."""
         if self.flush_buf is not None:
             self.flush_buf.zero_()
-        torch.cuda.synchronize(self.device)
+        else:
+            torch.cuda._sleep(20_000)
+
+    def time_one(self, fn, call_args):
+        self._pre_queue()
         self.start.record()
         out = fn(*call_args)
         self.end.record()
-        torch.cuda.synchronize(self.device)  # device-wide: every stream's work is done
+        waited = self._wait_for_end()
         self.after_sync.record()
         self.after_sync.synchronize()
         on_stream = self.start.elapsed_time(self.end)
-        to_idle = self.start.elapsed_time(self.after_sync) - self.latency
-        # Work still running on another stream after the end event shows up as a late
-        # device-idle point; plain jitter of the sync latency stays under 2x + 20 us.
-        late = self.end.elapsed_time(self.after_sync) > 2 * self.latency + 0.02
-        return (max(on_stream, to_idle) if late else on_stream), out
+        sync_ms, gap_ms = self.latency
+        # The device stayed busy after the current stream finished: work on other streams.
+        # Judged by how long the device-wide wait blocked, not by when the host came back,
+        # so a host hiccup after the wait cannot inflate a call's time.
+        if waited > 3 * sync_ms + 0.02:
+            return max(on_stream, self.start.elapsed_time(self.after_sync) - gap_ms), out
+        return on_stream, out

@@ -29,6 +29,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from kb_eval.isolation import ChildOutcome, run_isolated
 from kb_eval.results import BuildInfo, CrashInfo, write_json_atomic
@@ -130,8 +131,18 @@ class BuildOutcome:
 
     @property
     def usable(self) -> bool:
-        """Worth running: built, or deferred to the run child."""
-        return self.info.status in ("ok", "deferred")
+        """Worth running: built, nothing to build, or deferred to the run child."""
+        return self.info.status in ("ok", "skipped", "deferred")
+
+
+# A source that mentions none of these compiles nothing when imported (pure PyTorch, or
+# Triton, which compiles on first call): its build step is skipped and the run child loads it.
+COMPILE_MARKERS = ("cpp_extension", "load_inline", "nvcc", "subprocess", "ctypes", "cffi",
+                   "setuptools", "cupy", "numba", "os.system", "importlib", "__import__")
+
+
+def needs_build(source: str) -> bool:
+    return any(m in source for m in COMPILE_MARKERS)
 
 
 def quick_check(source: str) -> str | None:
@@ -146,9 +157,9 @@ def quick_check(source: str) -> str | None:
 class Builder:
     """Builds sources in isolated children (thread-safe; one build per key at a time)."""
 
-    def __init__(self, root: Path, work_root: Path, fingerprint: str, env: dict,
+    def __init__(self, root: Path, fingerprint: str, env: Callable[[], dict],
                  timeout_s: float, mem_limit_mb: int | None):
-        self.root, self.work_root = Path(root), Path(work_root)
+        self.root = Path(root)
         self.fingerprint, self.env = fingerprint, env
         self.timeout_s, self.mem_limit_mb = timeout_s, mem_limit_mb
         self._locks: dict[str, threading.Lock] = {}
@@ -169,11 +180,13 @@ class Builder:
             if problem is not None:
                 return BuildOutcome(BuildInfo(cache_key=key, status="compile_error"),
                                     str(ext_dir), error=problem)
+            if not needs_build(source):
+                return BuildOutcome(BuildInfo(cache_key=key, status="skipped"), str(ext_dir))
             ext_dir.mkdir(parents=True, exist_ok=True)
             out = run_isolated("kb_eval.eval.build:build_candidate",
                                {"source": source, "extensions_dir": str(ext_dir)},
                                workdir=workdir, timeout_s=self.timeout_s,
-                               mem_limit_mb=self.mem_limit_mb, env=self.env, prewarm=True)
+                               mem_limit_mb=self.mem_limit_mb, env=self.env(), prewarm=True)
             return self._record(key, ext_dir, out)
 
     def _cached(self, key: str, ext_dir: Path) -> BuildOutcome | None:

@@ -36,6 +36,8 @@ class EvalConfig(BaseModel):
     mem_limit_mb: int | None = Field(16000, ge=256)
     extra_env: dict[str, str] = Field(default_factory=dict, description="added to every "
                                       "child's environment (e.g. PATH)")
+    spares: int = Field(2, ge=1, description="warm spare children kept per device (and for "
+                        "builds), hiding Python + torch start-up")
     keep_workdirs: bool = Field(False, description="keep each sample's scratch folder")
 
     def device_kind(self, cuda_available: bool) -> str:

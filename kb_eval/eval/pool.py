@@ -24,6 +24,7 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterator
 
+from kb_eval.eval import _isolation_threads
 from kb_eval.eval.build import Builder, source_sha256
 from kb_eval.eval.context import EvalContext
 from kb_eval.eval.references import ReferenceStore
@@ -33,14 +34,15 @@ from kb_eval.problems import Problem
 from kb_eval.results import SampleRecord
 
 _STOP = object()
+_isolation_threads.install()
 
 
 class EvalPool:
     def __init__(self, ctx: EvalContext):
         cfg = ctx.config
         self.ctx = ctx
-        self.builder = Builder(root=cfg.cache_dir / "builds", work_root=ctx.invocation_dir,
-                               fingerprint=ctx.fingerprint, env=ctx.build_env(),
+        self.builder = Builder(root=cfg.cache_dir / "builds",
+                               fingerprint=ctx.fingerprint, env=ctx.build_env,
                                timeout_s=cfg.build_timeout_s, mem_limit_mb=cfg.mem_limit_mb)
         self.refs = ReferenceStore(ctx)
         self.builds = ThreadPoolExecutor(cfg.jobs, thread_name_prefix="kb-build")
@@ -134,5 +136,5 @@ class EvalPool:
             self.ready.put(_STOP)
         for t in self.devices:
             t.join()
-        self.refs.cleanup()
-        shutil.rmtree(self.ctx.invocation_dir, ignore_errors=True)
+        if not self.ctx.config.keep_workdirs:
+            shutil.rmtree(self.ctx.invocation_dir, ignore_errors=True)

@@ -89,8 +89,3 @@ class ReferenceStore:
         if want_timing:
             state.timed = True
             state.timing = TimingStats.model_validate(result["timing"])
-
-    def cleanup(self) -> None:
-        import shutil
-
-        shutil.rmtree(self.root, ignore_errors=True)

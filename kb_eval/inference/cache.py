@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from kb_eval.inference.completion import Completion
+from kb_eval.results import write_json_atomic
 
 SCHEMA_VERSION = 1
 
@@ -41,21 +40,6 @@ def cache_key(identity: dict[str, Any], messages: list[dict[str, Any]], params: 
     payload = {"model": identity, "messages": messages, "params": params,
                "sample_index": sample_index, "turn": turn}
     return hashlib.sha256(_canonical(payload).encode()).hexdigest()
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON to `path` via a temp file in the same folder and os.replace."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=1, ensure_ascii=False)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 class ResponseCache:

@@ -2,6 +2,7 @@
 
     info = detect_device_info("cuda")     # this machine's GPU 0 (or its CPU for "cpp")
     info = DeviceInfo(kind="gpu", name="NVIDIA H200", sm_count=132, ...)   # or by hand
+    info = from_hardware(results_header.hardware)   # the GPU a results file was made on
 
 torch does not report memory bandwidth, so it comes from a small table of known GPUs
 (peak, from vendor data sheets) and is left unknown otherwise. Fields left None are shown
@@ -16,9 +17,12 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from kb_eval.results import HardwareInfo
+
 # Peak DRAM bandwidth in GB/s by a substring of torch's device name (first match wins).
 KNOWN_BANDWIDTH_GBPS = [
-    ("GH200", 4000), ("H200", 4800), ("H100 SXM", 3350), ("H100 NVL", 3900), ("H100 PCIe", 2000), ("H100", 3350),
+    ("GH200", 4000), ("H200", 4800), ("H100 SXM", 3350), ("H100 NVL", 3900),
+    ("H100 PCIe", 2000), ("H100", 3350),
     ("B200", 8000), ("A100-SXM4-80GB", 2039), ("A100 80GB PCIe", 1935),
     ("A100", 1555), ("L40S", 864), ("L40", 864), ("L4", 300), ("A10G", 600), ("A10", 600),
     ("RTX 4090", 1008), ("RTX 3090", 936), ("V100", 900), ("T4", 320),
@@ -40,19 +44,25 @@ class DeviceInfo(BaseModel):
 def detect_device_info(backend: str) -> DeviceInfo:
     """The device a `backend` candidate runs on here: GPU 0 for cuda/triton, else the CPU."""
     if backend != "cpp":
-        import torch
-        if torch.cuda.is_available():
-            return _gpu_info(torch.cuda.get_device_properties(0))
+        hardware = HardwareInfo.detect()
+        if hardware.device == "cuda":
+            return from_hardware(hardware)
     return _cpu_info()
 
 
-def _gpu_info(props) -> DeviceInfo:
-    bandwidth = next((bw for key, bw in KNOWN_BANDWIDTH_GBPS if key in props.name), None)
-    l2 = getattr(props, "L2_cache_size", 0) or 0
-    return DeviceInfo(kind="gpu", name=props.name, sm_count=props.multi_processor_count,
-                      memory_gb=round(props.total_memory / 2**30, 1),
-                      mem_bandwidth_gbps=bandwidth, l2_mb=round(l2 / 2**20, 1) if l2 else None,
-                      compute_capability=f"{props.major}.{props.minor}")
+def from_hardware(hardware: HardwareInfo) -> DeviceInfo:
+    """DeviceInfo of a results file's HardwareInfo (GPU), plus the bandwidth table."""
+    if hardware.device != "cuda":
+        return _cpu_info()
+    bandwidth = next((bw for key, bw in KNOWN_BANDWIDTH_GBPS if key in hardware.name), None)
+    return DeviceInfo(kind="gpu", name=hardware.name, sm_count=hardware.num_sms,
+                      memory_gb=_scaled(hardware.memory_bytes, 2**30),
+                      mem_bandwidth_gbps=bandwidth, l2_mb=_scaled(hardware.l2_bytes, 2**20),
+                      compute_capability=hardware.capability)
+
+
+def _scaled(n_bytes: int | None, unit: int) -> float | None:
+    return round(n_bytes / unit, 1) if n_bytes else None
 
 
 def _cpu_info() -> DeviceInfo:

@@ -42,18 +42,19 @@ def fenced_blocks(text: str) -> tuple[list[str], bool]:
     blocks: list[str] = []
     fence: str | None = None
     body: list[str] = []
+    indent = 0
     for line in text.splitlines():
         if fence is None:
             m = _OPEN.match(line)
             if m:
-                fence, body = m.group("fence"), []
+                fence, body, indent = m.group("fence"), [], m.start("fence")
             continue
         stripped = line.strip()
         if stripped and set(stripped) == {fence[0]} and len(stripped) >= len(fence):
             blocks.append("\n".join(body) + "\n")
             fence = None
-        else:
-            body.append(line)
+        else:  # as in Markdown, content loses up to the fence's own indentation
+            body.append(line[min(indent, len(line) - len(line.lstrip(" "))):])
     return blocks, fence is not None
 
 
@@ -62,7 +63,8 @@ def extract_code(text: str) -> Extraction:
     if not blocks:
         if _MODEL_NEW.search(text or "") and _parses(text):
             return _check(text.strip() + "\n", "the answer (no code fences)")
-        hint = " (a code block was left unclosed: answer cut off at max_tokens?)" if unclosed else ""
+        hint = (" (a code block was left unclosed: answer cut off at max_tokens?)"
+                if unclosed else "")
         return Extraction("no_code", None, f"no complete fenced code block in the answer{hint}")
     candidates = [b for b in blocks if _MODEL_NEW.search(b)]
     if not candidates:

@@ -5,7 +5,8 @@ this module only fills them in.
         backend: cuda | triton | cpp;  precision: fp32 | fp16 | bf16
         style: zero_shot | one_shot | few_shot (0, 1 or 2 worked examples from
                templates/examples/: problems/<name>.py and <backend>/<name>.py)
-        device_info: DeviceInfo, a dict of its fields, or None (detect this machine's)
+        device_info: DeviceInfo, a dict of its fields, a results HardwareInfo, or None
+                     (detect this machine's device for the backend)
         -> [{"role": "system", ...}, {"role": "user", ...}]
     feedback = build_feedback(turn_result)      # the next user message of a refinement
     messages = next_turn_messages(messages, completion.text, feedback)
@@ -28,8 +29,9 @@ from typing import Any, Mapping
 from pydantic import BaseModel, ConfigDict
 
 from kb_eval.errors import UserError
-from kb_eval.inference.device import DeviceInfo, detect_device_info
+from kb_eval.inference.device import DeviceInfo, detect_device_info, from_hardware
 from kb_eval.inputs import TOLERANCES
+from kb_eval.results import HardwareInfo
 
 TEMPLATES = Path(__file__).parent / "templates"
 BACKENDS = {"cuda": "CUDA", "triton": "Triton", "cpp": "C++ (CPU)"}
@@ -77,7 +79,8 @@ def render(template_name: str, **values: Any) -> str:
 
 
 def build_prompt(problem_code: str, backend: str, precision: str, style: str,
-                 device_info: DeviceInfo | Mapping[str, Any] | None = None) -> list[dict[str, str]]:
+                 device_info: DeviceInfo | HardwareInfo | Mapping[str, Any] | None = None,
+                 ) -> list[dict[str, str]]:
     _check_choice("backend", backend, BACKENDS)
     _check_choice("precision", precision, PRECISION_NOTES)
     _check_choice("prompt style", style, STYLES)
@@ -174,9 +177,12 @@ def _examples(backend: str, count: int) -> str:
     return "".join(parts)
 
 
-def _device(device_info: DeviceInfo | Mapping[str, Any] | None, backend: str) -> DeviceInfo:
+def _device(device_info: DeviceInfo | HardwareInfo | Mapping[str, Any] | None,
+            backend: str) -> DeviceInfo:
     if device_info is None:
         return detect_device_info(backend)
+    if isinstance(device_info, HardwareInfo):
+        return from_hardware(device_info)
     return DeviceInfo.model_validate(device_info)
 
 
@@ -201,7 +207,9 @@ def _timing_summary(r: TurnResult) -> str:
     if speedup is None and r.baseline_ms is not None and r.candidate_ms > 0:
         speedup = r.baseline_ms / r.candidate_ms
     if speedup is not None:
-        text += f": a {speedup:.2f}x speedup" + (" (slower than the reference)" if speedup < 1 else "")
+        text += f": a {speedup:.2f}x speedup"
+        if speedup < 1:
+            text += " (slower than the reference)"
     return text + "."
 
 

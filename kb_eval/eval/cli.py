@@ -1,0 +1,176 @@
+"""python -m kb_eval.eval: evaluate candidate kernel files, write results.json, print scores."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import time
+from pathlib import Path
+
+from tqdm import tqdm
+
+from kb_eval.cli import Parser, add_precision_flag, run_cli
+from kb_eval.errors import UserError
+from kb_eval.eval.api import RunWriter, evaluate, prepare
+from kb_eval.eval.candidates import find_candidates, match_problems
+from kb_eval.eval.config import EvalConfig
+from kb_eval.problems import load_problems
+from kb_eval.results import slugify
+from kb_eval.timing import TimingSettings
+
+FILES_HELP = ("candidate files named level<L>_problem<ID>_sample<S>.py, folders of them, "
+              "or a manifest .json listing {key, sample, path}")
+
+
+def build_parser(defaults) -> argparse.ArgumentParser:
+    p = Parser(prog="python -m kb_eval.eval",
+               description="Build, check and time candidate kernels (ModelNew) against their "
+                           "problems' references; each candidate builds and runs in its own "
+                           "child process. Writes results/<name>/<run>/results.json.")
+    p.add_argument("--candidates", nargs="+", required=True, metavar="PATH", help=FILES_HELP)
+    p.add_argument("--source", default=defaults.source,
+                   help="where the problems come from: a bundled suite (ops, bert), a "
+                        "KernelBench-layout folder, or hf[:repo-or-dir] "
+                        f"(default: {defaults.source})")
+    p.add_argument("--level", type=int, default=None,
+                   help="problems asked = this level of --source (with --problems); samples "
+                        "missing for them count as failures (default: the candidates' problems)")
+    p.add_argument("--problems", default=None, metavar="IDS",
+                   help="problems asked, ids and ranges like 1-10,15 (see --level)")
+    p.add_argument("--backend", choices=["auto", "cuda", "triton", "cpp"],
+                   default=defaults.backend,
+                   help="what the candidates are written in; cpp runs on the CPU, cuda and "
+                        "triton on GPUs; auto = cuda with a GPU, else cpp "
+                        f"(default: {defaults.backend})")
+    add_precision_flag(p, defaults.precision)
+    p.add_argument("--name", default=None,
+                   help="results folder name, e.g. the model (default: the candidates' folder)")
+    p.add_argument("--run", default=None,
+                   help="run folder under results/<name>/ (default: a new timestamp; with "
+                        "--resume: the latest run)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the run's results.json, skipping samples already recorded")
+    p.add_argument("--live-baseline", action="store_true",
+                   help="time the PyTorch reference in this run instead of reading "
+                        "results/baseline/<gpu>/<precision>.json")
+    p.add_argument("--trials", type=int, default=None,
+                   help=f"timed calls per candidate (default: {defaults.trials} on GPU, "
+                        f"{defaults.cpu_trials} on CPU)")
+    p.add_argument("--warmup", type=int, default=defaults.warmup,
+                   help=f"untimed calls before timing (default: {defaults.warmup})")
+    p.add_argument("--correct-trials", type=int, default=defaults.correct_trials,
+                   help="correctness trials, each with fresh inputs "
+                        f"(default: {defaults.correct_trials})")
+    p.add_argument("--recheck-timed", type=int, default=0, metavar="K",
+                   help="also check the outputs of K timed calls picked at random (default: 0)")
+    p.add_argument("--atol", type=float, default=None,
+                   help="absolute tolerance (default: 1e-4 for fp32, 1e-2 for fp16/bf16)")
+    p.add_argument("--rtol", type=float, default=None,
+                   help="relative tolerance (default: as --atol)")
+    p.add_argument("--jobs", type=int, default=None,
+                   help="parallel builds (default: the number of CPU cores)")
+    p.add_argument("--gpus", default=None,
+                   help="GPU ids to evaluate on, comma-separated (default: all visible)")
+    p.add_argument("--build-timeout", type=float, default=defaults.build_timeout_s,
+                   help=f"seconds per build (default: {defaults.build_timeout_s:g})")
+    p.add_argument("--run-timeout", type=float, default=defaults.run_timeout_s,
+                   help=f"seconds per candidate run (default: {defaults.run_timeout_s:g})")
+    p.add_argument("--mem-limit-mb", type=int, default=defaults.mem_limit_mb,
+                   help=f"host memory per child (default: {defaults.mem_limit_mb})")
+    p.add_argument("--results-dir", type=Path, default=defaults.results_dir,
+                   help=f"where results and baselines live (default: {defaults.results_dir})")
+    p.add_argument("--cache-dir", type=Path, default=defaults.cache_dir,
+                   help=f"build cache and scratch (default: {defaults.cache_dir})")
+    p.add_argument("--keep-workdirs", action="store_true",
+                   help="keep each sample's scratch folder (outputs, logs) for debugging")
+    return p
+
+
+def make_config(args, defaults, cuda: bool) -> EvalConfig:
+    for flag in ("trials", "correct_trials", "jobs"):
+        v = getattr(args, flag)
+        if v is not None and v < 1:
+            raise UserError(f"--{flag.replace('_', '-')} must be at least 1 (got {v})")
+    backend = args.backend if args.backend != "auto" else ("cuda" if cuda else "cpp")
+    trials = args.trials or (defaults.cpu_trials if backend == "cpp" else defaults.trials)
+    cfg = dict(backend=backend, precision=args.precision, correct_trials=args.correct_trials,
+               timing=TimingSettings(warmup=args.warmup, trials=trials),
+               recheck_timed=args.recheck_timed, atol=args.atol, rtol=args.rtol,
+               live_baseline=args.live_baseline, results_dir=args.results_dir,
+               cache_dir=args.cache_dir, build_timeout_s=args.build_timeout,
+               run_timeout_s=args.run_timeout, mem_limit_mb=args.mem_limit_mb,
+               keep_workdirs=args.keep_workdirs,
+               devices=[g.strip() for g in args.gpus.split(",")] if args.gpus else None)
+    if args.jobs:
+        cfg["jobs"] = args.jobs
+    return EvalConfig(**cfg)
+
+
+def run_folder(args, name: str) -> str:
+    if args.run:
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", args.run):
+            raise UserError(f"--run {args.run!r}: use letters, digits, '.', '_' and '-'")
+        return args.run
+    if args.resume:
+        runs = sorted((d for d in (args.results_dir / name).glob("*") if
+                       (d / "results.json").is_file()), key=lambda d: d.stat().st_mtime)
+        if not runs:
+            raise UserError(f"--resume: no run under {args.results_dir / name} to continue")
+        return runs[-1].name
+    return time.strftime("%Y%m%d-%H%M%S")
+
+
+def main(argv: list[str] | None = None) -> int:
+    import torch
+
+    from kb_eval.settings import load_settings
+
+    defaults = load_settings().defaults
+    args = build_parser(defaults).parse_args(argv)
+    cands = find_candidates(args.candidates)
+    problems = load_problems(args.source)
+    pairs = match_problems(cands, problems, where=f"--source {args.source}")
+    asked = ([p for p in load_problems(args.source, args.level, args.problems)]
+             if args.level is not None or args.problems else
+             list({p.key: p for p, _ in pairs}.values()))
+    config = make_config(args, defaults, torch.cuda.is_available())
+    ctx = prepare(config)
+    ctx.check_baseline_covers(asked)
+    name = slugify(args.name or _default_name(args.candidates))
+    run = run_folder(args, name)
+    per_problem = max([sum(1 for _, c in pairs if (c.level, c.problem_id) == (p.level, p.problem_id))
+                       for p in asked] + [1])
+    writer = RunWriter(args.results_dir / name / run / "results.json", ctx, name=name, run=run,
+                       source=args.source, problems_asked=[p.key for p in asked],
+                       samples_per_problem=per_problem, resume=args.resume)
+    done = writer.done()
+    todo = [(p, c.sample, c.path.read_text()) for p, c in pairs
+            if (p.key, c.sample, 0) not in done]
+    print(f"{len(todo)} sample(s) to evaluate ({len(pairs) - len(todo)} already recorded) on "
+          f"{ctx.hardware.name} [{ctx.backend}, {config.precision}] -> {writer.path}")
+    with tqdm(total=len(todo), unit="sample", dynamic_ncols=True) as bar:
+        for record in evaluate(todo, context=ctx):
+            writer.add(record)
+            bar.set_postfix_str(f"{record.key} s{record.sample}: {record.status}", refresh=False)
+            bar.update()
+    print(format_summary(writer.file.summary))
+    return 0
+
+
+def _default_name(paths: list[str]) -> str:
+    first = Path(paths[0]).expanduser().resolve()
+    return (first if first.is_dir() else first.parent).name
+
+
+def format_summary(s) -> str:
+    fast = "  ".join(f"{k}={v:.2f}" for k, v in s.fast_p.items())
+    passk = "  ".join(f"{k}={v:.2f}" for k, v in s.pass_at_k.items())
+    geo = f"{s.geomean_speedup:.3f}x" if s.geomean_speedup else "n/a"
+    counts = ", ".join(f"{k}: {v}" for k, v in sorted(s.status_counts.items()))
+    return (f"problems {s.problems}, samples {s.samples} ({counts})\n"
+            f"compiled {s.compiled_rate:.2f}  correct {s.correct_rate:.2f}  "
+            f"geomean speedup (correct) {geo}\n{fast}\n{passk}")
+
+
+def entry(argv: list[str] | None = None) -> int:
+    return run_cli(main, argv)
