@@ -21,6 +21,7 @@ import atexit
 import ctypes
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -32,6 +33,7 @@ from pathlib import Path
 
 MARKER = "KB_EVAL_SANDBOX"
 POLL_S = 0.02
+THREAD_SAFE = True  # run_isolated may be called from many threads at once
 
 
 @dataclass
@@ -66,13 +68,14 @@ def run_isolated(target: str, payload: dict, *, workdir: Path, timeout_s: float,
     result_path = workdir / "result.json"
     log_path = workdir / "output.log"
     result_path.unlink(missing_ok=True)
-    child = _SPARES.take(env) if prewarm else None
+    module = target.partition(":")[0]
+    child = _SPARES.take(env, module) if prewarm else None
     if child is None:
-        child = _Child.start(env, log_path)
+        child = _Child.start(env, log_path, module)
     else:
         child.adopt_log(log_path)
     if prewarm:
-        _SPARES.refill(env)
+        _SPARES.refill(env, module)
     task = {"target": target, "payload": payload, "workdir": str(workdir),
             "result_path": str(result_path)}
     t0 = time.monotonic()
@@ -115,13 +118,17 @@ class _Child:
         self.proc = proc
         self.log_file = log_file
         self.log_path = Path(log_file.name)
+        self.owner = ""  # name of the thread that sent the task
+        _LIVE.add(self)
 
     @classmethod
-    def start(cls, env: dict | None, log_path: Path) -> "_Child":
+    def start(cls, env: dict | None, log_path: Path, preload: str = "") -> "_Child":
+        """Start a child that imports torch and `preload` (the task's module), then waits
+        for its task on stdin."""
         _become_subreaper()
         log_file = open(log_path, "wb")
         full_env = {**os.environ, **(env or {}), MARKER: "1", "PYTHONUNBUFFERED": "1"}
-        proc = subprocess.Popen([sys.executable, "-m", "kb_eval.isolation"],
+        proc = subprocess.Popen([sys.executable, "-m", "kb_eval.isolation", preload],
                                 stdin=subprocess.PIPE, stdout=log_file, stderr=subprocess.STDOUT,
                                 env=full_env, start_new_session=True, close_fds=True)
         return cls(proc, log_file)
@@ -138,6 +145,7 @@ class _Child:
         self.log_path = log_path
 
     def send(self, task: dict) -> None:
+        self.owner = threading.current_thread().name
         try:
             self.proc.stdin.write((json.dumps(task) + "\n").encode())
             self.proc.stdin.close()
@@ -167,6 +175,7 @@ class _Child:
         except subprocess.TimeoutExpired:
             pass
         self.log_file.close()
+        _LIVE.discard(self)
         _reap_orphans()
 
     def log_tail(self, max_bytes: int = 8192, max_lines: int = 60) -> str:
@@ -177,6 +186,42 @@ class _Child:
         except OSError:
             return ""
         return "\n".join(text.splitlines()[-max_lines:])
+
+
+class _Registry:
+    """Children started and not yet ended (running or spare), across threads."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.children: set[_Child] = set()
+
+    def add(self, child: _Child) -> None:
+        with self.lock:
+            self.children.add(child)
+
+    def discard(self, child: _Child) -> None:
+        with self.lock:
+            self.children.discard(child)
+
+    def pids(self) -> set[int]:
+        with self.lock:
+            return {c.proc.pid for c in self.children}
+
+    def owned_by(self, thread_prefix: str) -> list[_Child]:
+        with self.lock:
+            return [c for c in self.children if c.owner and c.owner.startswith(thread_prefix)]
+
+
+_LIVE = _Registry()
+
+
+def kill_running(thread_prefix: str) -> int:
+    """Kill the children working for threads named `thread_prefix*` (abandoned work, e.g.
+    on Ctrl-C); their watchers see them exit at once and report them as crashed."""
+    children = _LIVE.owned_by(thread_prefix)
+    for child in children:
+        _killpg(child.proc.pid)
+    return len(children)
 
 
 class _Spares:
@@ -190,30 +235,26 @@ class _Spares:
         self.waiting: dict[str, list[_Child]] = {}
         self.dir = Path(os.environ.get("TMPDIR", "/tmp")) / f"kb_eval_spares_{os.getpid()}"
 
-    def _key(self, env: dict | None) -> str:
-        return json.dumps(env or {}, sort_keys=True)
+    def _key(self, env: dict | None, module: str) -> str:
+        return json.dumps([env or {}, module], sort_keys=True)
 
-    def take(self, env: dict | None) -> _Child | None:
+    def take(self, env: dict | None, module: str) -> _Child | None:
         with self.lock:
-            queue = self.waiting.get(self._key(env), [])
+            queue = self.waiting.get(self._key(env, module), [])
             child = queue.pop(0) if queue else None
         if child is not None and child.proc.poll() is not None:
             child.kill_all()
             return None
         return child
 
-    def refill(self, env: dict | None) -> None:
-        key = self._key(env)
+    def refill(self, env: dict | None, module: str) -> None:
+        key = self._key(env, module)
         with self.lock:
             queue = self.waiting.setdefault(key, [])
             self.dir.mkdir(parents=True, exist_ok=True)
             while len(queue) < self.DEPTH:
                 log = self.dir / f"spare_{time.monotonic_ns()}.log"
-                queue.append(_Child.start(env, log))
-
-    def pids(self) -> set[int]:
-        with self.lock:
-            return {c.proc.pid for queue in self.waiting.values() for c in queue}
+                queue.append(_Child.start(env, log, module))
 
     def close(self) -> None:
         with self.lock:
@@ -221,6 +262,7 @@ class _Spares:
             self.waiting = {}
         for child in children:
             child.kill_all()
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 _SPARES = _Spares()
@@ -273,16 +315,12 @@ def _reap_orphans() -> None:
             environ = Path(f"/proc/{pid}/environ").read_bytes()
         except OSError:
             continue
-        if f"{MARKER}=1".encode() in environ and not _is_spare(pid):
+        if f"{MARKER}=1".encode() in environ and pid not in _LIVE.pids():
             try:
                 os.kill(pid, signal.SIGKILL)
                 os.waitpid(pid, 0)
             except (ProcessLookupError, ChildProcessError, PermissionError):
                 pass
-
-
-def _is_spare(pid: int) -> bool:
-    return pid in _SPARES.pids()
 
 
 def _file_size(path: Path) -> int:
@@ -312,10 +350,12 @@ def _group_rss_mb(pgid: int) -> float:
 def _child_main() -> None:
     import importlib
 
-    try:
-        import torch  # noqa: F401  (the expensive import, done while we wait as a spare)
-    except ImportError:
-        pass
+    # The expensive imports, done while we wait as a spare: torch, and the task's module.
+    for name in ["torch"] + [m for m in sys.argv[1:2] if m]:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
     line = sys.stdin.readline()
     if not line:
         os._exit(0)

@@ -56,10 +56,12 @@ def _stream(ctx: EvalContext, pairs: Iterable[Pair]) -> Iterator[SampleRecord]:
             intake_done.set()
 
     threading.Thread(target=intake, daemon=True, name="kb-intake").start()
+    finished = False
     try:
         yield from pool.results(intake_done, intake_error)
+        finished = True
     finally:
-        pool.close()
+        pool.close(abandon=not finished)
 
 
 def iter_queue(q: queue.Queue, sentinel=None) -> Iterator:

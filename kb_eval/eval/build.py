@@ -29,7 +29,6 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from kb_eval.isolation import ChildOutcome, run_isolated
 from kb_eval.results import BuildInfo, CrashInfo, write_json_atomic
@@ -157,7 +156,7 @@ def quick_check(source: str) -> str | None:
 class Builder:
     """Builds sources in isolated children (thread-safe; one build per key at a time)."""
 
-    def __init__(self, root: Path, fingerprint: str, env: Callable[[], dict],
+    def __init__(self, root: Path, fingerprint: str, env: dict,
                  timeout_s: float, mem_limit_mb: int | None):
         self.root = Path(root)
         self.fingerprint, self.env = fingerprint, env
@@ -186,7 +185,7 @@ class Builder:
             out = run_isolated("kb_eval.eval.build:build_candidate",
                                {"source": source, "extensions_dir": str(ext_dir)},
                                workdir=workdir, timeout_s=self.timeout_s,
-                               mem_limit_mb=self.mem_limit_mb, env=self.env(), prewarm=True)
+                               mem_limit_mb=self.mem_limit_mb, env=self.env, prewarm=True)
             return self._record(key, ext_dir, out)
 
     def _cached(self, key: str, ext_dir: Path) -> BuildOutcome | None:
@@ -206,9 +205,7 @@ class Builder:
                 write_json_atomic(ext_dir / MARKER, {**r, "built_s": out.wall_s})
             return BuildOutcome(info, str(ext_dir), error=r.get("error"), detail=r.get("detail"))
         crash = crash_info("build", out)
-        info = BuildInfo(cache_key=key, status=crash.kind if crash.kind in
-                         ("timeout", "oom", "output_flood") else "crashed",
-                         seconds=round(out.wall_s, 3))
+        info = BuildInfo(cache_key=key, status=status_of(crash), seconds=round(out.wall_s, 3))
         return BuildOutcome(info, str(ext_dir), error=f"build {out.describe()}",
                             detail=out.output_tail[-4000:], crash=crash)
 
@@ -231,3 +228,8 @@ def crash_info(phase: str, out: ChildOutcome) -> CrashInfo:
         kind = "error"  # an exception escaped the task (SystemExit, KeyboardInterrupt)
     return CrashInfo(phase=phase, kind=kind, exit_code=out.exit_code, signal=out.signal_name,
                      output_tail=out.output_tail[-4000:])
+
+
+def status_of(crash: CrashInfo) -> str:
+    """A sample's status for a child that died: timeout / oom / output_flood / crashed."""
+    return crash.kind if crash.kind in ("timeout", "oom", "output_flood") else "crashed"

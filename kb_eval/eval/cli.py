@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import re
 import time
+from collections import Counter
 from pathlib import Path
 
 from tqdm import tqdm
@@ -138,8 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     ctx.check_baseline_covers(asked)
     name = slugify(args.name or _default_name(args.candidates))
     run = run_folder(args, name)
-    per_problem = max([sum(1 for _, c in pairs if (c.level, c.problem_id) == (p.level, p.problem_id))
-                       for p in asked] + [1])
+    counts = Counter((p.level, p.problem_id) for p, _ in pairs)
+    per_problem = max([counts[(p.level, p.problem_id)] for p in asked] + [1])
     writer = RunWriter(args.results_dir / name / run / "results.json", ctx, name=name, run=run,
                        source=args.source, problems_asked=[p.key for p in asked],
                        samples_per_problem=per_problem, resume=args.resume)

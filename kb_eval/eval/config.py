@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from kb_eval.timing import TimingSettings
 
@@ -36,9 +36,13 @@ class EvalConfig(BaseModel):
     mem_limit_mb: int | None = Field(16000, ge=256)
     extra_env: dict[str, str] = Field(default_factory=dict, description="added to every "
                                       "child's environment (e.g. PATH)")
-    spares: int = Field(2, ge=1, description="warm spare children kept per device (and for "
-                        "builds), hiding Python + torch start-up")
     keep_workdirs: bool = Field(False, description="keep each sample's scratch folder")
+
+    @field_validator("results_dir", "cache_dir")
+    @classmethod
+    def _absolute(cls, v: Path) -> Path:
+        """Children work in other folders: every path handed to them must be absolute."""
+        return Path(v).expanduser().resolve()
 
     def device_kind(self, cuda_available: bool) -> str:
         """cpp candidates run on the CPU; cuda and triton need a GPU."""

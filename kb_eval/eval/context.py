@@ -10,10 +10,8 @@
 from __future__ import annotations
 
 import hashlib
-import itertools
 import os
 import secrets
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,8 +38,6 @@ class EvalContext:
     baseline: BaselineFile | None = None
     baseline_file: Path | None = None
     secret: int = field(default_factory=lambda: secrets.randbits(63), repr=False)
-    _slots: dict = field(default_factory=dict, repr=False)
-    _slot_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @classmethod
     def create(cls, config: EvalConfig) -> "EvalContext":
@@ -79,20 +75,12 @@ class EvalContext:
             env["TORCH_CUDA_ARCH_LIST"] = self.arch_list
         return {**env, **self.config.extra_env}
 
-    def _slot(self, lane: str) -> dict[str, str]:
-        """isolation keeps one warm spare child per distinct environment; rotating a
-        slot variable over `spares` values keeps that many warm per lane, so back-to-back
-        children do not wait for Python + torch to start."""
-        with self._slot_lock:
-            n = next(self._slots.setdefault(lane, itertools.count()))
-        return {"KB_EVAL_SPARE_SLOT": f"{lane}-{n % self.config.spares}"}
-
     def build_env(self) -> dict[str, str]:
-        return {**self._common_env(), "CUDA_VISIBLE_DEVICES": "", **self._slot("build")}
+        return {**self._common_env(), "CUDA_VISIBLE_DEVICES": ""}
 
     def device_env(self, device: str) -> dict[str, str]:
         visible = "" if device == "cpu" else device
-        return {**self._common_env(), "CUDA_VISIBLE_DEVICES": visible, **self._slot(device)}
+        return {**self._common_env(), "CUDA_VISIBLE_DEVICES": visible}
 
     def torch_device(self, device: str) -> str:
         return "cpu" if device == "cpu" else "cuda:0"  # each child sees one GPU
@@ -110,7 +98,8 @@ class EvalContext:
             return
         missing = [p.key for p in problems if self.baseline_for(p) is None]
         if missing:
-            shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+            more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+            shown = ", ".join(missing[:5]) + more
             raise UserError(f"{self.baseline_file} has no timing for {shown}: rerun "
                             f"`python -m kb_eval.baseline` for them, or pass --live-baseline")
 

@@ -1,7 +1,8 @@
 """Correctness, judged in the parent, where no candidate code ever ran.
 
 The candidate child and the reference child each saved `<label>.pt` (a list of CPU
-tensors). Both are loaded with `weights_only=True` (no pickled code) and must be lists of
+tensors); the device lane read their bytes (the reference's checked against its child's
+sha256). Both are loaded with `weights_only=True` (no pickled code) and must be lists of
 exact `torch.Tensor`. A trial passes when every output has the reference's shape and dtype,
 NaN and ±Inf sit where the reference's do, and the finite values satisfy
 |out - ref| <= atol + rtol * |ref|. Differences are computed in chunks (large outputs do
@@ -10,6 +11,7 @@ not triple the parent's memory) and in float64.
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,22 +27,44 @@ class OutputsUnreadable(Exception):
     pass
 
 
-def tolerances(precision: str, atol: float | None = None, rtol: float | None = None) -> tuple[float, float]:
+def tolerances(precision: str, atol: float | None = None,
+               rtol: float | None = None) -> tuple[float, float]:
     d_atol, d_rtol = TOLERANCES[precision]
     return (d_atol if atol is None else atol), (d_rtol if rtol is None else rtol)
 
 
-def load_outputs(path: Path) -> list[torch.Tensor]:
+def load_outputs(data: bytes | str | None, name: str) -> list[torch.Tensor]:
+    """Outputs from a saved file's bytes (a str: why there are none; None: not written)."""
+    if data is None:
+        raise OutputsUnreadable(f"{name} was not written")
+    if isinstance(data, str):
+        raise OutputsUnreadable(f"{name} {data}")
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
-    except FileNotFoundError:
-        raise OutputsUnreadable(f"{Path(path).name} was not written") from None
+        obj = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - anything unreadable is the writer's fault
-        raise OutputsUnreadable(f"{Path(path).name} is unreadable: {type(e).__name__}: "
+        raise OutputsUnreadable(f"{name} is unreadable: {type(e).__name__}: "
                                 f"{str(e).splitlines()[0][:200] if str(e) else ''}") from None
     if type(obj) is not list or not all(type(t) is torch.Tensor for t in obj):
-        raise OutputsUnreadable(f"{Path(path).name} does not hold a list of plain tensors")
+        raise OutputsUnreadable(f"{name} does not hold a list of plain tensors")
     return obj
+
+
+def read_outputs(folder: Path, labels: list[str], max_bytes: int) -> dict[str, bytes | str | None]:
+    """A candidate's output files as bytes; None when missing, a reason when refused (a
+    link, or larger than max_bytes: a child must not make the parent read any size)."""
+    out: dict[str, bytes | str | None] = {}
+    for label in labels:
+        path = Path(folder) / f"{label}.pt"
+        try:
+            if path.is_symlink() or not path.is_file():
+                out[label] = "is not a plain file" if path.exists() or path.is_symlink() else None
+            elif (size := path.stat().st_size) > max_bytes:
+                out[label] = f"is {size} bytes, far more than the reference's outputs"
+            else:
+                out[label] = path.read_bytes()
+        except OSError as e:
+            out[label] = f"is unreadable ({e.strerror})"
+    return out
 
 
 @dataclass
@@ -106,20 +130,19 @@ def compare_outputs(outs: list[torch.Tensor], refs: list[torch.Tensor], atol: fl
     return total
 
 
-def check_labels(labels: list[str], candidate_dir: Path, reference_dir: Path, atol: float,
-                 rtol: float) -> CorrectnessInfo:
-    """Compare every label's outputs; the first few failures are kept as messages."""
+def check_labels(labels: list[str], candidate: dict[str, bytes | str | None],
+                 reference: dict[str, bytes], atol: float, rtol: float) -> CorrectnessInfo:
+    """Compare every label's outputs (given as file bytes); the first few failures are
+    kept as messages."""
     info = CorrectnessInfo(atol=atol, rtol=rtol)
     max_abs = max_rel = sum_abs = 0.0
     count = 0
     for label in labels:
         info.trials += 1
+        refs = load_outputs(reference[label], f"reference {label}.pt")
         try:
-            refs = load_outputs(Path(reference_dir) / f"{label}.pt")
-        except OutputsUnreadable as e:
-            raise RuntimeError(f"reference outputs missing: {e}") from None
-        try:
-            d = compare_outputs(load_outputs(Path(candidate_dir) / f"{label}.pt"), refs, atol, rtol)
+            d = compare_outputs(load_outputs(candidate.get(label), f"{label}.pt"), refs,
+                                atol, rtol)
         except OutputsUnreadable as e:
             d = Diff(False, str(e))
         max_abs, max_rel = max(max_abs, d.max_abs), max(max_rel, d.max_rel)

@@ -5,7 +5,8 @@ breaks are not held against the candidate):
 - `output_tensors`: the output is an exact `torch.Tensor` or a tuple/list of them (no
   subclass that could fake comparisons, no lazy object);
 - `aliased_inputs`: which outputs share storage with an input (returning an input);
-- `mutated_inputs`: which inputs changed during the call (compared with a copy made before).
+- `mutated_inputs`: which inputs changed during the call (compared with a copy made before);
+- the device of each output (a GPU problem answered on the CPU is not an answer).
 Parent side: `judge` turns the child's observations into `Flag`s; severity `error` makes a
 sample incorrect. More guards (static checks, timing integrity, physical floor) plug in
 here by adding flags.
@@ -28,7 +29,8 @@ def output_tensors(out: Any) -> list[torch.Tensor]:
     items = list(out) if type(out) in (tuple, list) else [out]
     for i, t in enumerate(items):
         if type(t) is not torch.Tensor:
-            where = "the output" if len(items) == 1 and type(out) not in (tuple, list) else f"output {i}"
+            single = len(items) == 1 and type(out) not in (tuple, list)
+            where = "the output" if single else f"output {i}"
             raise OutputTypeError(f"{where} is a {type(t).__module__}.{type(t).__qualname__}, "
                                   f"not an exact torch.Tensor")
     return items
@@ -72,7 +74,7 @@ def mutated_inputs(inputs: list, pristine: list) -> list[int]:
 def observe(out: Any, inputs: list, pristine: list | None) -> tuple[list[torch.Tensor], dict]:
     """Check one call's output; returns its tensors and what was seen (JSON-able)."""
     tensors = output_tensors(out)
-    seen = {"aliased": aliased_inputs(tensors, inputs)}
+    seen = {"aliased": aliased_inputs(tensors, inputs), "devices": [t.device.type for t in tensors]}
     if pristine is not None:
         seen["mutated"] = mutated_inputs(inputs, pristine)
     return tensors, seen
@@ -88,6 +90,10 @@ def judge(candidate_seen: dict[str, dict], reference_seen: dict[str, dict]) -> l
             flags.append(Flag(code="output_aliases_input", severity="error",
                               message=f"{label}: output(s) {seen['aliased']} share memory "
                                       f"with an input"))
+        if "devices" in ref and seen.get("devices", ref["devices"]) != ref["devices"]:
+            flags.append(Flag(code="output_device", severity="error",
+                              message=f"{label}: outputs on {seen['devices']}, the reference's "
+                                      f"on {ref['devices']}"))
         if seen.get("mutated") and not ref.get("mutated"):
             flags.append(Flag(code="input_mutated", severity="error",
                               message=f"{label}: input(s) {seen['mutated']} were modified "

@@ -4,18 +4,23 @@
                    │ built (or cached)           │ compile error / build crash
                    ▼                             ▼
              ready queue ──► one thread per device (GPU id or "cpu"): candidate child,
-                             reference child when needed, compare  ──► done queue
-                                                                          │
-    results() ◄───────────────────────────────────────────────────────────┘
+                             then the reference child when its outputs are missing
+                                       │
+                                       ▼
+                             judge pool (CPU threads): compare outputs ──► done queue
+                                                                              │
+    results() ◄───────────────────────────────────────────────────────────────┘
 
 Devices never wait on a compiler: a sample reaches the ready queue only once built, and
-builds of later samples go on while devices evaluate. Every child is fresh, so a child
-that hit a CUDA error is never reused. A bug of ours in one sample becomes that sample's
-`eval_error` record; the run goes on.
+builds of later samples go on while devices evaluate; nor on a comparison: outputs are
+compared on the judge pool while the device runs the next sample. Every child is fresh,
+so a child that hit a CUDA error is never reused. A bug of ours in one sample becomes
+that sample's `eval_error` record; the run goes on.
 """
 
 from __future__ import annotations
 
+import itertools
 import queue
 import shutil
 import sys
@@ -24,17 +29,17 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterator
 
-from kb_eval.eval import _isolation_threads
 from kb_eval.eval.build import Builder, source_sha256
 from kb_eval.eval.context import EvalContext
 from kb_eval.eval.references import ReferenceStore
 from kb_eval.eval.sample import (SampleTask, evaluate_sample, finish, new_record,
                                  record_build_failure)
+from kb_eval.isolation import kill_running
 from kb_eval.problems import Problem
 from kb_eval.results import SampleRecord
 
 _STOP = object()
-_isolation_threads.install()
+_POOL_IDS = itertools.count()
 
 
 class EvalPool:
@@ -42,17 +47,21 @@ class EvalPool:
         cfg = ctx.config
         self.ctx = ctx
         self.builder = Builder(root=cfg.cache_dir / "builds",
-                               fingerprint=ctx.fingerprint, env=ctx.build_env,
+                               fingerprint=ctx.fingerprint, env=ctx.build_env(),
                                timeout_s=cfg.build_timeout_s, mem_limit_mb=cfg.mem_limit_mb)
         self.refs = ReferenceStore(ctx)
-        self.builds = ThreadPoolExecutor(cfg.jobs, thread_name_prefix="kb-build")
+        self.prefix = f"kb-eval-{next(_POOL_IDS)}-"  # names this pool's threads
+        self.builds = ThreadPoolExecutor(cfg.jobs, thread_name_prefix=self.prefix + "build")
         self.ready: queue.Queue = queue.Queue()
         self.done: queue.Queue = queue.Queue()
         self._pending = 0
         self._lock = threading.Lock()
-        self._closed = False
+        self._closed = self._abandoned = False
+        # Comparing outputs is CPU work: done here, so devices move on to the next sample.
+        self.judges = ThreadPoolExecutor(max(2, 2 * len(ctx.devices)),
+                                         thread_name_prefix=self.prefix + "judge")
         self.devices = [threading.Thread(target=self._device_loop, args=(d,), daemon=True,
-                                         name=f"kb-device-{d}") for d in ctx.devices]
+                                         name=f"{self.prefix}device-{d}") for d in ctx.devices]
         for t in self.devices:
             t.start()
 
@@ -85,10 +94,22 @@ class EvalPool:
     def _device_loop(self, device: str) -> None:
         while (task := self.ready.get()) is not _STOP:
             try:
-                record = evaluate_sample(self.ctx, self.refs, task, device)
+                outcome = evaluate_sample(self.ctx, self.refs, task, device)
             except Exception:  # noqa: BLE001
-                record = self._internal_error(task)
-            self._finish(task, record)
+                outcome = self._internal_error(task)
+            if callable(outcome):
+                self.judges.submit(self._judge, task, outcome)
+            else:
+                self._finish(task, outcome)
+            if self._abandoned:
+                kill_running(self.prefix)
+
+    def _judge(self, task: SampleTask, compare) -> None:
+        try:
+            record = compare()
+        except Exception:  # noqa: BLE001
+            record = self._internal_error(task)
+        self._finish(task, record)
 
     def _internal_error(self, task: SampleTask) -> SampleRecord:
         text = traceback.format_exc()
@@ -102,6 +123,8 @@ class EvalPool:
         return finish(record, task)
 
     def _finish(self, task: SampleTask, record: SampleRecord) -> None:
+        if self._abandoned:
+            return
         if not self.ctx.config.keep_workdirs:
             shutil.rmtree(task.workdir, ignore_errors=True)
         self.done.put(record)
@@ -122,19 +145,26 @@ class EvalPool:
                 self._pending -= 1
             yield record
 
-    def close(self) -> None:
+    def close(self, abandon: bool = False) -> None:
+        """Wait for the threads; `abandon` (Ctrl-C, consumer gone): drop queued work and
+        kill running children instead of waiting for them."""
         if self._closed:
             return
         self._closed = True
-        self.builds.shutdown(wait=True, cancel_futures=True)
-        while True:  # an abandoned run: drop what was not evaluated yet
-            try:
-                self.ready.get_nowait()
-            except queue.Empty:
-                break
+        self.builds.shutdown(wait=not abandon, cancel_futures=True)
+        if abandon:
+            self._abandoned = True
+            while True:
+                try:
+                    self.ready.get_nowait()
+                except queue.Empty:
+                    break
+            kill_running(self.prefix)
+            self.builds.shutdown(wait=True)
         for _ in self.devices:
             self.ready.put(_STOP)
         for t in self.devices:
             t.join()
+        self.judges.shutdown(wait=True, cancel_futures=abandon)
         if not self.ctx.config.keep_workdirs:
             shutil.rmtree(self.ctx.invocation_dir, ignore_errors=True)

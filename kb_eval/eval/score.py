@@ -13,8 +13,8 @@ correct, 1 - C(n-c, k) / C(n, k), computed as a product so it never overflows.
 from __future__ import annotations
 
 import math
-from collections import Counter, defaultdict
-from typing import Iterable, Mapping
+from collections import Counter
+from typing import Iterable
 
 from kb_eval.results import RunSummary, SampleRecord
 
@@ -57,7 +57,8 @@ def is_fast(r: SampleRecord, p: float) -> bool:
     return is_correct(r) and r.speedup is not None and r.speedup > p
 
 
-def _by_problem(records: Iterable[SampleRecord], asked: Iterable[str]) -> dict[str, list[SampleRecord]]:
+def _by_problem(records: Iterable[SampleRecord],
+                asked: Iterable[str]) -> dict[str, list[SampleRecord]]:
     """Records of the asked problems; the last record of a (key, sample) wins, and of a
     multi-turn sample, its last turn."""
     latest: dict[tuple[str, int], SampleRecord] = {}
@@ -116,10 +117,3 @@ def speedups_table(records: Iterable[SampleRecord]):
         "candidate_ms": r.timing.median if r.timing else None,
         "baseline_ms": r.baseline.median if r.baseline else None,
     } for r in records])
-
-
-def counts_by_status(records: Iterable[SampleRecord]) -> Mapping[str, int]:
-    out: dict[str, int] = defaultdict(int)
-    for r in records:
-        out[r.status] += 1
-    return dict(out)

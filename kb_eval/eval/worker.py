@@ -18,6 +18,7 @@ parent where a child that died was.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import secrets
 import time
@@ -160,6 +161,7 @@ def run_reference(payload: dict, workdir: Path) -> dict:
     module, init = load_problem(payload["problem_code"], precision, device)
     model = reference_model(module, init, precision, device)
     seen: dict[str, dict] = {}
+    digests: dict[str, str] = {}  # the parent checks the files against these
     for kind, i in payload["labels"]:
         label = label_name((kind, i))
         inputs = inputs_for(module, seed, (kind, i), precision, device)
@@ -169,8 +171,9 @@ def run_reference(payload: dict, workdir: Path) -> dict:
         sync(device)
         tensors, seen[label] = observe(out, inputs, pristine)
         save_outputs(workdir / f"{label}.pt", tensors)
+        digests[label] = hashlib.sha256((workdir / f"{label}.pt").read_bytes()).hexdigest()
         del out, tensors, inputs, pristine
-    result: dict = {"seen": seen}
+    result: dict = {"seen": seen, "digests": digests}
     if payload.get("timing") is not None:
         settings = TimingSettings.model_validate(payload["timing"])
         result["timing"] = time_model(model, module, seed, precision, device,

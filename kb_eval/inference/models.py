@@ -18,7 +18,6 @@ Implementations:
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Protocol
 
@@ -27,9 +26,9 @@ from kb_eval.inference.cache import ResponseCache, cache_key
 from kb_eval.inference.client import ChatClient, RetryPolicy
 from kb_eval.inference.completion import Completion
 from kb_eval.inference.endpoints import ModelEndpoint, check_api_key, resolve_model
+from kb_eval.solutions import SOLUTIONS_ROOT, load_index, pick
 
 Messages = list[dict[str, str]]
-SOLUTIONS_ROOT = Path(__file__).resolve().parents[2] / "reference_kernels" / "solutions"
 
 
 class Model(Protocol):
@@ -66,13 +65,16 @@ class OpenAIModel:
 class ReferenceModel:
     name = "reference"
 
-    def __init__(self, backend: str, solutions_root: Path | str = SOLUTIONS_ROOT):
+    def __init__(self, backend: str, solutions_root: Path | str = SOLUTIONS_ROOT,
+                 precision: str = "fp32"):
         self.backend = backend
-        self.folder = Path(solutions_root) / backend
-        self._index: dict[str, str] | None = None
+        self.precision = precision
+        self.root = Path(solutions_root)
+        self.folder = self.root / backend
+        self._index: dict | None = None
 
     def identity(self) -> dict[str, Any]:
-        return {"name": self.name, "backend": self.backend}
+        return {"name": self.name, "backend": self.backend, "precision": self.precision}
 
     def params(self) -> dict[str, Any]:
         return {}
@@ -81,7 +83,7 @@ class ReferenceModel:
                  problem_key: str | None = None) -> Completion:
         if problem_key is None:
             raise ValueError("the reference model needs the problem_key")
-        file_name = self.index().get(problem_key)
+        file_name = pick(self.index().get(problem_key), self.precision)
         if file_name is None:
             return Completion(text=f"The reference model has no {self.backend} solution for "
                                    f"{problem_key}.", attempts=0, finish_reason="stop", cost=0.0)
@@ -89,14 +91,9 @@ class ReferenceModel:
         return Completion(text=f"```python\n{source.rstrip()}\n```\n", attempts=0,
                           finish_reason="stop", cost=0.0)
 
-    def index(self) -> dict[str, str]:
+    def index(self) -> dict:
         if self._index is None:
-            path = self.folder / "index.json"
-            try:
-                self._index = json.loads(path.read_text(encoding="utf-8"))
-            except FileNotFoundError:
-                raise UserError(f"the reference model has no solutions for backend "
-                                f"{self.backend!r} ({path} is missing)") from None
+            self._index = load_index(self.backend, self.root)
         return self._index
 
 
@@ -130,13 +127,13 @@ class CachedModel:
 
 def get_model(name: str, models: Iterable[Mapping[str, Any] | ModelEndpoint], *, backend: str,
               cache_dir: Path | str | None = None, retry: RetryPolicy | None = None,
-              solutions_root: Path | str = SOLUTIONS_ROOT) -> Model:
+              solutions_root: Path | str = SOLUTIONS_ROOT, precision: str = "fp32") -> Model:
     """The model called `name` (built-in or from MODELS). API models are cached under
     `cache_dir` when given; the offline reference model never is (its answers are files
     already, and a cache would hide edits to them). Raises UserError for an unknown name
     or a missing API key, before any request is sent."""
     if name == ReferenceModel.name:
-        return ReferenceModel(backend, solutions_root)
+        return ReferenceModel(backend, solutions_root, precision)
     endpoint = resolve_model(name, models)
     model = OpenAIModel(endpoint, ChatClient(endpoint, check_api_key(endpoint), retry))
     return CachedModel(model, ResponseCache(cache_dir)) if cache_dir is not None else model

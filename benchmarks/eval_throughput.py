@@ -1,0 +1,273 @@
+"""Evaluation throughput, end to end: N distinct candidates, cold cache then warm cache.
+
+    python benchmarks/eval_throughput.py                 # GPU: 100 CUDA candidates
+    python benchmarks/eval_throughput.py --backend cpp --n 4 --trials 5   # CPU smoke run
+
+Candidates are variants of a few kernels (elementwise scale-add, bias+ReLU, GELU, row
+sum) over problems written to a temporary KernelBench-layout folder; each variant differs
+in block size, unrolling and a variant tag, so every source is distinct and builds on its
+own. Pass 1 starts from an empty build cache (every candidate compiles); pass 2 evaluates
+the same sources again (every build is a cache hit). Each pass: 5 correctness trials, then
+`--trials` timed calls per candidate, live reference timing. Targets on one H200 with 16
+cores: cold <= 6 min, warm <= 2 min for 100 candidates.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from kb_eval.eval import EvalConfig, evaluate  # noqa: E402
+from kb_eval.problems import load_problems  # noqa: E402
+from kb_eval.timing import TimingSettings  # noqa: E402
+
+# ------------------------------------------------------------------ problems
+PROBLEMS = {
+    1: ("ScaleAdd", "return 2 * x + y", "[torch.randn(ROWS, COLS), torch.randn(ROWS, COLS)]"),
+    2: ("BiasRelu", "return torch.relu(x + y)", "[torch.randn(ROWS, COLS), torch.randn(ROWS, COLS)]"),
+    3: ("Gelu", "return torch.nn.functional.gelu(x, approximate='tanh') + 0 * y",
+        "[torch.randn(ROWS, COLS), torch.randn(ROWS, COLS)]"),
+    4: ("RowSum", "return x.sum(dim=1) + y.sum(dim=1)",
+        "[torch.randn(ROWS, COLS), torch.randn(ROWS, COLS)]"),
+}
+
+PROBLEM_TEMPLATE = '''import torch
+import torch.nn as nn
+
+ROWS, COLS = {rows}, {cols}
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x, y):
+        {body}
+
+
+def get_inputs():
+    return {inputs}
+
+
+def get_init_inputs():
+    return []
+'''
+
+# ------------------------------------------------------------------ kernels
+# Per problem: the elementwise expression, or None for the row-sum.
+EXPR = {1: "2.0f * a + b", 2: "fmaxf(a + b, 0.0f)",
+        3: "0.5f * a * (1.0f + tanhf(0.7978845608f * (a + 0.044715f * a * a * a)))"}
+
+CUDA_ELEMENTWISE = r'''
+#include <torch/extension.h>
+// variant {tag}
+__global__ void k_{tag}(const float* __restrict__ x, const float* __restrict__ y,
+                        float* __restrict__ out, int64_t n) {{
+    int64_t base = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) * {unroll};
+    #pragma unroll
+    for (int u = 0; u < {unroll}; ++u) {{
+        int64_t i = base + u;
+        if (i < n) {{ float a = x[i], b = y[i]; out[i] = {expr}; }}
+    }}
+}}
+torch::Tensor run(torch::Tensor x, torch::Tensor y) {{
+    auto xc = x.contiguous(), yc = y.contiguous();
+    auto out = torch::empty_like(xc);
+    int64_t n = xc.numel();
+    int64_t per_block = {threads} * {unroll};
+    k_{tag}<<<(unsigned)((n + per_block - 1) / per_block), {threads}>>>(
+        xc.data_ptr<float>(), yc.data_ptr<float>(), out.data_ptr<float>(), n);
+    return out;
+}}
+'''
+
+CUDA_ROWSUM = r'''
+#include <torch/extension.h>
+// variant {tag}
+__global__ void k_{tag}(const float* __restrict__ x, const float* __restrict__ y,
+                        float* __restrict__ out, int64_t cols) {{
+    __shared__ float buf[{threads}];
+    const float* xr = x + blockIdx.x * cols;
+    const float* yr = y + blockIdx.x * cols;
+    float acc = 0.0f;
+    for (int64_t j = threadIdx.x; j < cols; j += {threads}) acc += xr[j] + yr[j];
+    buf[threadIdx.x] = acc;
+    __syncthreads();
+    for (int s = {threads} / 2; s > 0; s >>= 1) {{
+        if (threadIdx.x < s) buf[threadIdx.x] += buf[threadIdx.x + s];
+        __syncthreads();
+    }}
+    if (threadIdx.x == 0) out[blockIdx.x] = buf[0];
+}}
+torch::Tensor run(torch::Tensor x, torch::Tensor y) {{
+    auto xc = x.contiguous(), yc = y.contiguous();
+    auto out = torch::empty({{xc.size(0)}}, xc.options());
+    k_{tag}<<<(unsigned)xc.size(0), {threads}>>>(xc.data_ptr<float>(), yc.data_ptr<float>(),
+                                                out.data_ptr<float>(), xc.size(1));
+    return out;
+}}
+'''
+
+CPP_ELEMENTWISE = r'''
+#include <cmath>
+// variant {tag}
+torch::Tensor run(torch::Tensor x, torch::Tensor y) {{
+    auto xc = x.contiguous(), yc = y.contiguous();
+    auto out = torch::empty_like(xc);
+    const float* px = xc.data_ptr<float>(); const float* py = yc.data_ptr<float>();
+    float* po = out.data_ptr<float>();
+    int64_t n = xc.numel();
+    for (int64_t base = 0; base < n; base += {unroll})
+        for (int64_t i = base; i < base + {unroll} && i < n; ++i) {{
+            float a = px[i], b = py[i]; po[i] = {expr};
+        }}
+    return out;
+}}
+'''
+
+CPP_ROWSUM = r'''
+// variant {tag}
+torch::Tensor run(torch::Tensor x, torch::Tensor y) {{
+    auto xc = x.contiguous(), yc = y.contiguous();
+    int64_t rows = xc.size(0), cols = xc.size(1);
+    auto out = torch::empty({{rows}}, xc.options());
+    const float* px = xc.data_ptr<float>(); const float* py = yc.data_ptr<float>();
+    for (int64_t r = 0; r < rows; ++r) {{
+        float acc = 0.0f;
+        for (int64_t j = 0; j < cols; j += {unroll})
+            for (int64_t k = j; k < j + {unroll} && k < cols; ++k) acc += px[r * cols + k] + py[r * cols + k];
+        out.data_ptr<float>()[r] = acc;
+    }}
+    return out;
+}}
+'''
+
+CANDIDATE = '''import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+SOURCE = r"""{source}"""
+
+ext = load_inline("kb_bench_{tag}", {sources}, functions=["run"])
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x, y):
+        return ext.run(x, y)
+'''
+
+
+def candidate_source(i: int, problem_id: int, backend: str) -> str:
+    threads = (128, 256, 512, 1024)[(i // len(PROBLEMS)) % 4]
+    unroll = (1, 2, 4)[(i // (4 * len(PROBLEMS))) % 3]
+    tag = f"v{i}_p{problem_id}_t{threads}_u{unroll}"
+    expr = EXPR.get(problem_id)
+    if backend == "cuda":
+        body = (CUDA_ELEMENTWISE.format(tag=tag, unroll=unroll, threads=threads, expr=expr)
+                if expr else CUDA_ROWSUM.format(tag=tag, threads=threads))
+        sources = 'cpp_sources="torch::Tensor run(torch::Tensor x, torch::Tensor y);", cuda_sources=SOURCE'
+    else:
+        body = (CPP_ELEMENTWISE.format(tag=tag, unroll=unroll, expr=expr) if expr
+                else CPP_ROWSUM.format(tag=tag, unroll=unroll))
+        sources = "cpp_sources=SOURCE"
+    return CANDIDATE.format(source=body, tag=tag, sources=sources)
+
+
+def write_problems(root: Path, rows: int, cols: int) -> Path:
+    level = root / "problems" / "level1"
+    level.mkdir(parents=True)
+    for pid, (name, body, inputs) in PROBLEMS.items():
+        (level / f"{pid}_{name}.py").write_text(
+            PROBLEM_TEMPLATE.format(rows=rows, cols=cols, body=body, inputs=inputs))
+    return root / "problems"
+
+
+def one_pass(label: str, pairs, config: EvalConfig) -> list:
+    t0 = time.monotonic()
+    records = []
+    for r in evaluate(pairs, config):
+        records.append(r)
+        if len(records) % 10 == 0 or len(records) == len(pairs):
+            print(f"  [{label}] {len(records)}/{len(pairs)} done at {time.monotonic() - t0:6.1f}s",
+                  flush=True)
+    wall = time.monotonic() - t0
+    statuses = Counter(r.status for r in records)
+    hits = sum(1 for r in records if r.build and r.build.cache_hit)
+    builds = [r.build.seconds for r in records if r.build and not r.build.cache_hit and r.build.seconds]
+    runs = [r.wall_s for r in records]
+    speedups = [r.speedup for r in records if r.speedup]
+    print(f"{label}: {len(records)} candidates in {wall:.1f} s wall "
+          f"({wall / max(len(records), 1):.2f} s/candidate); statuses {dict(statuses)}; "
+          f"cache hits {hits}")
+    if builds:
+        print(f"  build child seconds: median {statistics.median(builds):.1f}, "
+              f"max {max(builds):.1f}, sum {sum(builds):.0f}")
+    if speedups:
+        print(f"  speedup median {statistics.median(speedups):.2f}x "
+              f"(min {min(speedups):.2f}, max {max(speedups):.2f})")
+    print(f"  sample wall (submit to record) median {statistics.median(runs):.1f} s", flush=True)
+    bad = [r for r in records if r.status != "correct"][:3]
+    for r in bad:
+        print(f"  ! {r.key} s{r.sample}: {r.status}: {r.error}\n    {(r.detail or '')[-600:]}")
+    return records
+
+
+def main() -> int:
+    import torch
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--n", type=int, default=100, help="number of distinct candidates")
+    p.add_argument("--backend", choices=["cuda", "cpp"],
+                   default="cuda" if torch.cuda.is_available() else "cpp")
+    p.add_argument("--trials", type=int, default=100, help="timed calls per candidate")
+    p.add_argument("--correct-trials", type=int, default=5)
+    p.add_argument("--jobs", type=int, default=os.cpu_count())
+    p.add_argument("--rows", type=int, default=None, help="rows of every input (default: "
+                   "4096 on GPU, 256 on CPU)")
+    p.add_argument("--cols", type=int, default=None, help="columns (default: 4096 / 256)")
+    p.add_argument("--workdir", type=Path, default=None, help="keep files here (default: tmp)")
+    args = p.parse_args()
+
+    gpu = args.backend == "cuda"
+    root = args.workdir or Path(tempfile.mkdtemp(prefix="kb_eval_bench_"))
+    root.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(root / "cache", ignore_errors=True)
+    shutil.rmtree(root / "problems", ignore_errors=True)
+    problems_dir = write_problems(root, args.rows or (4096 if gpu else 256),
+                                  args.cols or (4096 if gpu else 256))
+    problems = {p.problem_id: p for p in load_problems(str(problems_dir))}
+    pairs = []
+    for i in range(args.n):
+        pid = 1 + i % len(PROBLEMS)
+        pairs.append((problems[pid], i, candidate_source(i, pid, args.backend)))
+    assert len({src for _, _, src in pairs}) == len(pairs), "sources must be distinct"
+    config = EvalConfig(backend=args.backend, live_baseline=True, jobs=args.jobs,
+                        correct_trials=args.correct_trials,
+                        timing=TimingSettings(trials=args.trials),
+                        cache_dir=root / "cache", results_dir=root / "results")
+    print(f"{args.n} distinct {args.backend} candidates over {len(PROBLEMS)} problems, "
+          f"{args.jobs} build jobs, {args.correct_trials} correctness trials, "
+          f"{args.trials} timed calls; cache {config.cache_dir}", flush=True)
+    cold = one_pass("cold cache", pairs, config)
+    warm = one_pass("warm cache", pairs, config)
+    ok = all(r.status == "correct" for r in cold + warm)
+    print("all correct" if ok else "NOT all correct")
+    if args.workdir is None:
+        shutil.rmtree(root, ignore_errors=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,25 @@
+"""BERT-base attention output: y = LayerNorm(Linear(768, 768)(x) + residual), x, residual (16, 512, 768)."""
+
+import torch
+import torch.nn as nn
+
+BATCH, SEQ, HIDDEN = 16, 512, 768
+EPS = 1e-12
+
+
+class Model(nn.Module):
+    def __init__(self, hidden_size: int, eps: float):
+        super().__init__()
+        self.dense = nn.Linear(hidden_size, hidden_size)
+        self.norm = nn.LayerNorm(hidden_size, eps=eps)
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        return self.norm(self.dense(x) + residual)
+
+
+def get_inputs():
+    return [torch.randn(BATCH, SEQ, HIDDEN), torch.randn(BATCH, SEQ, HIDDEN)]
+
+
+def get_init_inputs():
+    return [HIDDEN, EPS]

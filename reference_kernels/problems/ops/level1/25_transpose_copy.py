@@ -1,0 +1,22 @@
+"""Transpose into a new contiguous tensor: y = x^T for x (8192, 4096) (128 MB fp32)."""
+
+import torch
+import torch.nn as nn
+
+ROWS, COLS = 8192, 4096
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.t().contiguous()
+
+
+def get_inputs():
+    return [torch.randn(ROWS, COLS)]
+
+
+def get_init_inputs():
+    return []

@@ -1,0 +1,195 @@
+"""BERT FFN output with GELU: y = LayerNorm(GELU(dense(x)) + residual) in TWO launches.
+
+Variant `__cublas`: the GEMM and bias are cuBLAS (at::addmm inside the C++, the very call eager
+makes, so bf16 rounds identically; fp32 follows torch's TF32 flag, with TF32 off a true fp32
+SGEMM), then ONE fused epilogue kernel: exact-erf GELU, residual and LayerNorm, one warp per 768-wide row held in registers (16-byte loads, warp-shuffle
+two-pass statistics). bf16 rounds where eager rounds. PyTorch eager: 4 (addmm with bias, gelu, add, layer_norm) launches.
+"""
+
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+CUDA_SRC = r"""
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+// One warp per 768-wide row, everything in registers: v = act(y + b) + residual (each part
+// optional), then a two-pass LayerNorm (mean, then mean squared deviation) by warp shuffles.
+// 16-byte loads and stores; bf16 rounds where eager PyTorch rounds (each op's output).
+namespace kbr {
+constexpr int HIDDEN = 768, WARPS = 8;
+
+template <typename T> struct Vec;
+template <> struct Vec<float> {
+  static constexpr int N = 4;
+  static __device__ __forceinline__ void load(const float* p, float* v) {
+    const float4 q = *reinterpret_cast<const float4*>(p);
+    v[0] = q.x; v[1] = q.y; v[2] = q.z; v[3] = q.w;
+  }
+  static __device__ __forceinline__ void store(float* p, const float* v) {
+    *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+  }
+  static __device__ __forceinline__ float round(float v) { return v; }
+};
+template <> struct Vec<__nv_bfloat16> {
+  static constexpr int N = 8;
+  static __device__ __forceinline__ void load(const __nv_bfloat16* p, float* v) {
+    const uint4 q = *reinterpret_cast<const uint4*>(p);
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&q);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 f = __bfloat1622float2(h[i]);
+      v[2 * i] = f.x; v[2 * i + 1] = f.y;
+    }
+  }
+  static __device__ __forceinline__ void store(__nv_bfloat16* p, const float* v) {
+    uint4 q;
+    __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&q);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) h[i] = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
+    *reinterpret_cast<uint4*>(p) = q;
+  }
+  static __device__ __forceinline__ float round(float v) { return __bfloat162float(__float2bfloat16(v)); }
+};
+
+__device__ __forceinline__ float gelu_erf(float v) { return 0.5f * v * (1.f + erff(v * 0.70710678118654752f)); }
+
+__device__ __forceinline__ float warp_sum(float s) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  return s;
+}
+
+template <typename T, bool GELU>
+__global__ void __launch_bounds__(WARPS * 32, 3)
+    bias_act_res_ln_kernel(const T* __restrict__ y, const T* __restrict__ bias, const T* __restrict__ res,
+                           const T* __restrict__ gamma, const T* __restrict__ beta, T* __restrict__ out, int M,
+                           float eps) {
+  using V = Vec<T>;
+  constexpr int E = V::N, C = HIDDEN / (32 * E);  // elements per vector, vectors per lane
+  const int lane = threadIdx.x & 31, row = blockIdx.x * WARPS + (threadIdx.x >> 5);
+  if (row >= M) return;
+  const size_t base = (size_t)row * HIDDEN;
+  float v[C][E];
+#pragma unroll
+  for (int c = 0; c < C; ++c) V::load(y + base + (c * 32 + lane) * E, v[c]);  // all loads first
+  if (res) {
+    float r[C][E];
+#pragma unroll
+    for (int c = 0; c < C; ++c) V::load(res + base + (c * 32 + lane) * E, r[c]);
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      float b[E];
+      if (bias) V::load(bias + (c * 32 + lane) * E, b);
+#pragma unroll
+      for (int e = 0; e < E; ++e) {
+        float x = bias ? V::round(v[c][e] + b[e]) : v[c][e];
+        if (GELU) x = V::round(gelu_erf(x));
+        v[c][e] = V::round(x + r[c][e]);
+      }
+    }
+  }
+  float s = 0.f;
+#pragma unroll
+  for (int c = 0; c < C; ++c)
+#pragma unroll
+    for (int e = 0; e < E; ++e) s += v[c][e];
+  const float mean = warp_sum(s) * (1.f / HIDDEN);
+  float q = 0.f;
+#pragma unroll
+  for (int c = 0; c < C; ++c)
+#pragma unroll
+    for (int e = 0; e < E; ++e) q += (v[c][e] - mean) * (v[c][e] - mean);
+  const float rstd = rsqrtf(warp_sum(q) * (1.f / HIDDEN) + eps);
+#pragma unroll
+  for (int c = 0; c < C; ++c) {
+    float ga[E], be[E];
+    if (gamma) V::load(gamma + (c * 32 + lane) * E, ga);
+    if (beta) V::load(beta + (c * 32 + lane) * E, be);
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      float o = (v[c][e] - mean) * rstd;
+      if (gamma) o *= ga[e];
+      if (beta) o += be[e];
+      v[c][e] = o;
+    }
+    V::store(out + base + (c * 32 + lane) * E, v[c]);
+  }
+}
+}  // namespace kbr
+
+// res == nullptr: plain LayerNorm of y (bias and GELU unused). gamma/beta may be null.
+cudaError_t launch_bias_act_res_ln(bool bf16, bool gelu, const void* y, const void* b, const void* res,
+                                   const void* gamma, const void* beta, void* out, int M, float eps,
+                                   cudaStream_t stream) {
+  using namespace kbr;
+  const int blocks = (M + WARPS - 1) / WARPS;
+#define KBR_LAUNCH(T, G)                                                                                  \
+  bias_act_res_ln_kernel<T, G><<<blocks, WARPS * 32, 0, stream>>>(                                       \
+      static_cast<const T*>(y), static_cast<const T*>(b), static_cast<const T*>(res),                  \
+      static_cast<const T*>(gamma), static_cast<const T*>(beta), static_cast<T*>(out), M, eps)
+  if (bf16) {
+    if (gelu) KBR_LAUNCH(__nv_bfloat16, true); else KBR_LAUNCH(__nv_bfloat16, false);
+  } else {
+    if (gelu) KBR_LAUNCH(float, true); else KBR_LAUNCH(float, false);
+  }
+#undef KBR_LAUNCH
+  return cudaGetLastError();
+}
+"""
+
+CPP_SRC = r"""
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+cudaError_t launch_bias_act_res_ln(bool bf16, bool gelu, const void* y, const void* b, const void* res,
+                                   const void* gamma, const void* beta, void* out, int M, float eps,
+                                   cudaStream_t stream);
+
+torch::Tensor cublas_fused_forward(torch::Tensor x, torch::Tensor w, torch::Tensor b, torch::Tensor res,
+                                   torch::Tensor gamma, torch::Tensor beta, double eps, bool gelu) {
+  const auto dt = x.scalar_type();
+  TORCH_CHECK(x.is_cuda() && (dt == at::kFloat || dt == at::kBFloat16), "x: CUDA fp32 or bf16");
+  for (const auto* p : {&w, &b, &res, &gamma, &beta})
+    TORCH_CHECK(p->scalar_type() == dt && p->device() == x.device(), "all tensors: x's dtype and device");
+  const int64_t K = x.size(-1), N = 768;
+  TORCH_CHECK(w.dim() == 2 && w.size(0) == N && w.size(1) == K, "weight must be [768, K]");
+  TORCH_CHECK(b.numel() == N && gamma.numel() == N && beta.numel() == N, "bias/gamma/beta: 768 values");
+  TORCH_CHECK(res.size(-1) == N && res.numel() / N == x.numel() / K, "residual must be [..., 768] with x's rows");
+  const c10::cuda::CUDAGuard guard(x.device());
+  auto y = at::addmm(b, x.reshape({-1, K}), w.t());  // cuBLAS with its bias epilogue
+  auto rc = res.contiguous(), gc = gamma.contiguous(), ec = beta.contiguous();
+  auto out = torch::empty(res.sizes(), res.options());
+  const int64_t M = y.size(0);
+  if (M == 0) return out;
+  const cudaError_t err = launch_bias_act_res_ln(dt == at::kBFloat16, gelu, y.data_ptr(), nullptr,
+                                                 rc.data_ptr(), gc.data_ptr(), ec.data_ptr(), out.data_ptr(),
+                                                 (int)M, (float)eps, c10::cuda::getCurrentCUDAStream());
+  TORCH_CHECK(err == cudaSuccess, "bias_act_res_ln launch: ", cudaGetErrorString(err));
+  return out;
+}
+"""
+
+_ext = load_inline(
+    name="kb_gemm_bias_gelu_add_ln__cublas",
+    cpp_sources=CPP_SRC,
+    cuda_sources=CUDA_SRC,
+    functions=["cublas_fused_forward"],
+    extra_cuda_cflags=["-O3", "--use_fast_math", "-gencode=arch=compute_90a,code=sm_90a"],
+    verbose=False,
+)
+
+
+class ModelNew(nn.Module):
+    def __init__(self, hidden_size: int, intermediate_size: int, eps: float):
+        super().__init__()
+        self.dense = nn.Linear(intermediate_size, hidden_size)
+        self.norm = nn.LayerNorm(hidden_size, eps=eps)
+
+    def forward(self, x, residual):
+        if x.is_cuda and x.dtype in (torch.float32, torch.bfloat16):
+            return _ext.cublas_fused_forward(x, self.dense.weight, self.dense.bias, residual, self.norm.weight,
+                                             self.norm.bias, self.norm.eps, True)
+        return self.norm(torch.nn.functional.gelu(self.dense(x)) + residual)  # other dtypes/devices: plain PyTorch

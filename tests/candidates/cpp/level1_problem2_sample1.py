@@ -1,0 +1,3 @@
+# not Python
+class ModelNew(nn.Module:
+    pass

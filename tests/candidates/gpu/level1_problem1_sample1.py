@@ -1,0 +1,31 @@
+# CUDA, incorrect: computes 2x - y
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+CUDA_SOURCE = r"""
+#include <torch/extension.h>
+
+__global__ void scale_sub_kernel(const float* x, const float* y, float* out, int64_t n) {
+    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i < n) out[i] = 2.0f * x[i] - y[i];
+}
+
+torch::Tensor scale_sub(torch::Tensor x, torch::Tensor y) {
+    auto xc = x.contiguous();
+    auto yc = y.contiguous();
+    auto out = torch::empty_like(xc);
+    int64_t n = xc.numel();
+    scale_sub_kernel<<<(int)((n + 255) / 256), 256>>>(xc.data_ptr<float>(), yc.data_ptr<float>(),
+                                                       out.data_ptr<float>(), n);
+    return out;
+}
+"""
+
+ext = load_inline("kb_test_cuda_scale_sub", cpp_sources="torch::Tensor scale_sub(torch::Tensor x, torch::Tensor y);",
+                  cuda_sources=CUDA_SOURCE, functions=["scale_sub"])
+
+
+class ModelNew(nn.Module):
+    def forward(self, x, y):
+        return ext.scale_sub(x, y)

@@ -1,0 +1,169 @@
+"""The Python API on CPU: streaming from a queue, the build cache (no compiler on a hit),
+and speedups from a baseline file."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+
+import pytest
+
+from candidates import eval_kit as kit
+from kb_eval.errors import UserError
+from kb_eval.eval import EvalConfig, evaluate, iter_queue, prepare
+from kb_eval.problems import load_problems
+from kb_eval.results import (BaselineFile, BaselineRecord, HardwareInfo, Producer,
+                             baseline_path, write_json_atomic)
+from kb_eval.timing import TimingSettings, TimingStats
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def problems():
+    return {p.problem_id: p for p in load_problems(str(kit.PROBLEMS))}
+
+
+@pytest.fixture
+def config(tmp_path, build_cache_dir):
+    """EvalConfig factory: cpp, live baseline, 3 timed calls, the session build cache."""
+    return lambda **kw: make_config(tmp_path, build_cache_dir, **kw)
+
+
+def make_config(tmp_path, build_cache_dir, **kw) -> EvalConfig:
+    return EvalConfig(backend="cpp", live_baseline=kw.pop("live_baseline", True),
+                      timing=TimingSettings(warmup=1, trials=3), jobs=2,
+                      cache_dir=build_cache_dir, results_dir=tmp_path / "results",
+                      run_timeout_s=kw.pop("run_timeout_s", 60),
+                      extra_env={"PATH": kit.wrapper_path()}, **kw)
+
+
+def test_streams_pairs_as_they_arrive(problems, config):
+    """The second pair is only produced after the first one's record came out."""
+    q: queue.Queue = queue.Queue()
+    first_seen = threading.Event()
+    producer_ok = []
+
+    def produce():
+        q.put((problems[2], 0, kit.source_of(kit.CPP / "level1_problem2_sample0.py")))
+        producer_ok.append(first_seen.wait(timeout=300))
+        q.put((problems[1], 1, kit.source_of(kit.CPP / "level1_problem1_sample1.py"), 2))
+        q.put(None)
+
+    threading.Thread(target=produce, daemon=True).start()
+    records = []
+    for record in evaluate(iter_queue(q), config()):
+        records.append(record)
+        first_seen.set()
+    assert producer_ok == [True]
+    assert [(r.key.split("/")[-1], r.sample, r.turn, r.status) for r in records] == [
+        ("2", 0, 0, "correct"), ("1", 1, 2, "incorrect")]
+
+
+def test_cache_hit_runs_no_compiler(problems, config):
+    source = kit.source_of(kit.CPP / "level1_problem1_sample0.py")
+    cfg = config()
+    [first] = list(evaluate([(problems[1], 0, source)], cfg))
+    assert first.status == "correct", first
+    build_dir = cfg.cache_dir / "builds" / first.build.cache_key
+    ninja_log = next(build_dir.rglob(".ninja_log"))
+    so = next(build_dir.rglob("*.so"))
+    if not first.build.cache_hit:  # compiled just now, through the logging wrapper
+        assert any("kb_test_scale_add" in line for line in kit.compile_lines())
+    before = (kit.compile_lines(), ninja_log.read_text(), ninja_log.stat().st_mtime_ns,
+              so.stat().st_mtime_ns)
+
+    [again] = list(evaluate([(problems[1], 5, source)], cfg))
+    assert again.status == "correct" and again.build.cache_hit
+    assert again.build.cache_key == first.build.cache_key
+    after = (kit.compile_lines(), ninja_log.read_text(), ninja_log.stat().st_mtime_ns,
+             so.stat().st_mtime_ns)
+    assert after == before
+
+
+def test_cached_compile_error_served_from_cache(problems, config):
+    source = kit.source_of(kit.CPP / "level1_problem1_sample3.py")
+    records = [list(evaluate([(problems[1], 3, source)], config()))[0] for _ in range(2)]
+    assert [r.status for r in records] == ["compile_error"] * 2
+    assert records[1].build.cache_hit and records[1].error == records[0].error
+
+
+def _write_baseline(cfg: EvalConfig, problem, ms: float, method: str | None = None):
+    timing = cfg.timing if method is None else cfg.timing.model_copy(update={"method": method})
+    hw = HardwareInfo.detect("cpu")
+    rec = BaselineRecord(key=problem.key, source=problem.source, level=problem.level,
+                         problem_id=problem.problem_id, name=problem.name, status="ok",
+                         timing=TimingStats.of([ms, ms, ms]))
+    path = baseline_path(cfg.results_dir, hw.slug, cfg.precision)
+    write_json_atomic(path, BaselineFile(produced_by=Producer(tool="test"), hardware=hw,
+                                         precision=cfg.precision, timing=timing,
+                                         records={problem.key: rec}))
+    return path
+
+
+def test_speedup_from_baseline_file(problems, config):
+    cfg = config(live_baseline=False)
+    _write_baseline(cfg, problems[2], ms=1000.0)
+    ctx = prepare(cfg)
+    with pytest.raises(UserError, match="no timing for"):
+        ctx.check_baseline_covers([problems[1]])
+    [r] = list(evaluate([(problems[2], 0, kit.source_of(kit.CPP / "level1_problem2_sample0.py"))],
+                        context=ctx))
+    assert r.status == "correct" and r.baseline_source == "file"
+    assert r.baseline.median == 1000.0
+    assert r.speedup == pytest.approx(1000.0 / r.timing.median)
+
+
+def test_baseline_with_other_timing_method_refused(problems, config):
+    cfg = config(live_baseline=False)
+    _write_baseline(cfg, problems[2], ms=1.0, method="wallclock")
+    with pytest.raises(UserError, match="refusing to mix"):
+        prepare(cfg)
+
+
+def test_recheck_of_timed_calls(problems, config):
+    """Outputs of K randomly chosen timed calls are compared too."""
+    cfg = config(recheck_timed=2)
+    [r] = list(evaluate([(problems[2], 0, kit.source_of(kit.CPP / "level1_problem2_sample0.py"))],
+                        cfg))
+    assert r.status == "correct"
+    assert r.correctness.trials == cfg.correct_trials + 2 == r.correctness.passed
+
+
+def test_failing_producer_abandons_run_quickly(problems, config):
+    """The producer raises while a hanging candidate runs: the error reaches the consumer,
+    and the hanging child is killed instead of being waited for (run timeout: 300 s)."""
+    def pairs():
+        yield (problems[1], 6, kit.source_of(kit.CPP / "level1_problem1_sample6.py"))
+        time.sleep(8)
+        raise RuntimeError("inference fell over")
+
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError, match="inference fell over"):
+        list(evaluate(pairs(), config(run_timeout_s=300)))
+    assert time.monotonic() - t0 < 60
+
+
+def test_vandalised_references_are_caught_and_recomputed(problems, config):
+    """honest -> vandal (zeroes every reference file) -> all-zeros -> honest, one at a time:
+    the vandal is flagged, and the others are judged on true references."""
+    q: queue.Queue = queue.Queue()
+    got: queue.Queue = queue.Queue()
+    order = [(0, kit.CPP / "level1_problem1_sample0.py"), (1, kit.VANDAL / "overwrite_refs.py"),
+             (2, kit.VANDAL / "zeros.py"), (3, kit.CPP / "level1_problem1_sample0.py")]
+
+    def produce():
+        for sample, path in order:  # the next one only once the previous one is recorded
+            q.put((problems[1], sample, kit.source_of(path)))
+            got.get(timeout=300)
+        q.put(None)
+
+    threading.Thread(target=produce, daemon=True).start()
+    records = {}
+    for r in evaluate(iter_queue(q), config()):
+        records[r.sample] = r
+        got.put(r.sample)
+    assert records[0].status == "correct" and records[3].status == "correct", records[3]
+    assert [f.code for f in records[1].flags] == ["tampered_files"] and not records[1].correct
+    assert records[2].status == "incorrect"

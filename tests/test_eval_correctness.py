@@ -1,0 +1,184 @@
+"""The parent-side comparison, the guards, the build helpers and candidate discovery
+(in-process, no children)."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+import torch
+
+from kb_eval.errors import UserError
+from kb_eval.eval.build import cache_key, crash_info, needs_build, quick_check, trim_compiler_output
+from kb_eval.eval.candidates import find_candidates
+from kb_eval.eval.correctness import (OutputsUnreadable, check_labels, compare_outputs,
+                                      load_outputs, read_outputs, tolerances)
+from kb_eval.eval.guards import OutputTypeError, judge, observe, output_tensors
+from kb_eval.isolation import ChildOutcome
+
+
+def test_tolerances_per_precision_and_override():
+    assert tolerances("fp32") == (1e-4, 1e-4)
+    assert tolerances("fp16") == (1e-2, 1e-2) == tolerances("bf16")
+    assert tolerances("fp32", atol=1e-3) == (1e-3, 1e-4)
+
+
+def test_compare_within_and_beyond_tolerance():
+    ref = torch.ones(4, 4)
+    ok = compare_outputs([ref + 5e-5], [ref], 1e-4, 1e-4)
+    assert ok.ok and ok.max_abs == pytest.approx(5e-5, rel=1e-2)
+    bad = compare_outputs([ref + 1e-3], [ref], 1e-4, 1e-4)
+    assert not bad.ok and "16/16 values beyond" in bad.error
+
+
+def test_rtol_scales_with_reference():
+    ref = torch.full((3,), 1000.0)
+    assert compare_outputs([ref + 0.05], [ref], 1e-4, 1e-4).ok  # 0.05 <= 1e-4 + 0.1
+
+
+@pytest.mark.parametrize("out,msg", [
+    (torch.ones(2, 3), "shape (2, 3) != expected (3, 2)"),
+    (torch.ones(3, 2, dtype=torch.float16), "dtype torch.float16 != expected torch.float32"),
+])
+def test_shape_and_dtype_mismatch(out, msg):
+    d = compare_outputs([out], [torch.ones(3, 2)], 1e-2, 1e-2)
+    assert not d.ok and msg in d.error
+
+
+def test_nan_and_inf_must_match():
+    ref = torch.tensor([1.0, float("nan"), float("inf"), 2.0])
+    assert compare_outputs([ref.clone()], [ref], 1e-4, 1e-4).ok
+    nan_out = torch.tensor([float("nan"), float("nan"), float("inf"), 2.0])
+    assert "NaN at 1 positions" in compare_outputs([nan_out], [ref], 1e-4, 1e-4).error
+    inf_out = torch.tensor([1.0, float("nan"), float("-inf"), 2.0])
+    assert "Inf at 1 positions" in compare_outputs([inf_out], [ref], 1e-4, 1e-4).error
+
+
+def test_output_count_and_integer_outputs():
+    assert "1 output tensor(s), expected 2" in compare_outputs(
+        [torch.ones(1)], [torch.ones(1), torch.ones(1)], 0, 0).error
+    ints = torch.arange(5)
+    assert compare_outputs([ints.clone()], [ints], 1e-4, 1e-4).ok
+    assert not compare_outputs([ints + 1], [ints], 1e-4, 1e-4).ok
+
+
+def _bytes(obj) -> bytes:
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
+
+
+def test_load_outputs_only_plain_tensor_lists():
+    assert torch.equal(load_outputs(_bytes([torch.ones(2)]), "x")[0], torch.ones(2))
+    with pytest.raises(OutputsUnreadable, match="list of plain tensors"):
+        load_outputs(_bytes({"x": torch.ones(2)}), "x")
+    with pytest.raises(OutputsUnreadable):
+        load_outputs(_bytes([torch.nn.Parameter(torch.ones(2))]), "x")
+
+    class Evil:
+        def __reduce__(self):
+            return (print, ("pwned",))
+
+    with pytest.raises(OutputsUnreadable, match="unreadable"):
+        load_outputs(_bytes([Evil()]), "x")  # weights_only: no code runs
+    with pytest.raises(OutputsUnreadable, match="was not written"):
+        load_outputs(None, "x")
+
+
+def test_read_outputs_refuses_links_and_huge_files(tmp_path):
+    torch.save([torch.ones(2)], tmp_path / "correct_0.pt")
+    (tmp_path / "correct_1.pt").write_bytes(b"x" * 5000)
+    (tmp_path / "correct_2.pt").symlink_to(tmp_path / "correct_0.pt")
+    got = read_outputs(tmp_path, ["correct_0", "correct_1", "correct_2", "correct_3"], 4000)
+    assert isinstance(got["correct_0"], bytes)
+    assert "far more than" in got["correct_1"] and "not a plain file" in got["correct_2"]
+    assert got["correct_3"] is None
+
+
+def test_check_labels_counts_and_messages():
+    refs = {f"correct_{i}": _bytes([torch.full((2,), float(i))]) for i in range(3)}
+    cand = {"correct_0": _bytes([torch.full((2,), 0.0)]),
+            "correct_1": _bytes([torch.full((2,), 1.5)])}
+    info = check_labels(["correct_0", "correct_1", "correct_2"], cand, refs, 1e-4, 1e-4)
+    assert (info.trials, info.passed) == (3, 1)
+    assert info.failures[0].startswith("correct_1: 2/2 values beyond")
+    assert info.failures[1] == "correct_2: correct_2.pt was not written"
+    assert info.max_abs_diff == pytest.approx(0.5)
+
+
+def test_output_tensors_exact_type():
+    t = torch.ones(2)
+    assert output_tensors(t) == [t] and len(output_tensors((t, t))) == 2
+    for bad in (t.numpy(), [t, 1.0], torch.nn.Parameter(t)):
+        with pytest.raises(OutputTypeError):
+            output_tensors(bad)
+
+
+def test_observe_aliasing_and_mutation():
+    x = torch.ones(4)
+    pristine = x.clone()
+    _, seen = observe(x[1:], [x], [pristine])  # a view of the input
+    assert seen == {"aliased": [0], "mutated": [], "devices": ["cpu"]}
+    x.add_(1)
+    _, seen = observe(torch.zeros(4), [x], [pristine])
+    assert seen == {"aliased": [], "mutated": [0], "devices": ["cpu"]}
+
+
+def test_judge_only_flags_what_reference_does_not_do():
+    cand = {"correct_0": {"aliased": [0], "mutated": []}}
+    assert [f.code for f in judge(cand, {"correct_0": {"aliased": [], "mutated": []}})] == [
+        "output_aliases_input"]
+    assert judge(cand, {"correct_0": {"aliased": [0], "mutated": []}}) == []
+    moved = {"correct_0": {"aliased": [], "devices": ["cpu"]}}
+    assert [f.code for f in judge(moved, {"correct_0": {"devices": ["cuda"]}})] == ["output_device"]
+
+
+def test_trim_compiler_output_keeps_error_lines():
+    log = "\n".join([f"[{i}/3] c++ -c main.cpp -I/usr/include/lots" for i in range(200)] +
+                    ["main.cpp:3:25: error: expected primary-expression before ';' token",
+                     "    3 |     return x * 2 + y +;", "ninja: build stopped"])
+    trimmed = trim_compiler_output(log)
+    assert "error: expected primary-expression" in trimmed
+    assert len(trimmed.splitlines()) < 10
+
+
+def test_cache_key_depends_on_source_and_toolchain():
+    assert cache_key("a", "t1") != cache_key("b", "t1") != cache_key("a", "t2")
+    assert cache_key("a", "t1") == cache_key("a", "t1")
+
+
+def test_quick_check_and_needs_build():
+    assert quick_check("class ModelNew: pass") is None
+    assert "SyntaxError" in quick_check("class ModelNew(:")
+    assert "no class ModelNew" in quick_check("x = 1")
+    assert needs_build("from torch.utils.cpp_extension import load_inline")
+    assert not needs_build("import torch\nclass ModelNew: pass")
+
+
+@pytest.mark.parametrize("outcome,kind", [
+    (ChildOutcome(status="crashed", exit_code=-11, signal_name="SIGSEGV"), "segfault"),
+    (ChildOutcome(status="crashed", exit_code=-6, signal_name="SIGABRT"), "abort"),
+    (ChildOutcome(status="timeout"), "timeout"),
+    (ChildOutcome(status="oom"), "oom"),
+    (ChildOutcome(status="no_result", exit_code=0), "exit"),
+    (ChildOutcome(status="crashed", exit_code=3), "exit"),
+    (ChildOutcome(status="error", error="SystemExit: 0"), "error"),
+])
+def test_crash_kinds(outcome, kind):
+    assert crash_info("run", outcome).kind == kind
+
+
+def test_find_candidates_names_and_manifest(tmp_path):
+    (tmp_path / "level1_problem3_sample2.py").write_text("class ModelNew: pass")
+    (tmp_path / "notes.py").write_text("")
+    [c] = find_candidates([str(tmp_path)])
+    assert (c.level, c.problem_id, c.sample) == (1, 3, 2)
+    manifest = tmp_path / "m.json"
+    manifest.write_text(json.dumps([{"key": "bert/level2/7", "sample": 4,
+                                     "path": "level1_problem3_sample2.py"}]))
+    [m] = find_candidates([str(manifest)])
+    assert (m.level, m.problem_id, m.sample) == (2, 7, 4)
+    manifest.write_text(json.dumps([{"key": "nonsense", "path": "x.py"}]))
+    with pytest.raises(UserError, match="entry 0"):
+        find_candidates([str(manifest)])

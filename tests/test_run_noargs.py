@@ -1,0 +1,45 @@
+"""`python -m kb_eval.run` with no model on a machine with no key and no network: the
+built-in `reference` model answers with the hand-written solutions of the repo's config
+(source bert; cpp on CPU, cuda on a GPU). Slow: it builds real solutions (two, in
+parallel: --level 1 --problems 8,9 keeps it to the two small b64s64 problems; the full
+no-argument run is timed by hand, see the run stage's report)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_reference_model_run_without_arguments(tmp_path, build_cache_dir):
+    env = {k: v for k, v in os.environ.items()
+           if k != "KB_EVAL_CONFIG" and not k.endswith("_API_KEY")}
+    env["PYTHONPATH"] = str(REPO)
+    # cwd is a fresh folder: the repo's config.py is used, results/ lands in tmp_path.
+    done = subprocess.run([sys.executable, "-m", "kb_eval.run", "--level", "1",
+                           "--problems", "8,9", "--cache-dir", str(build_cache_dir)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1500)
+    assert done.returncode == 0, done.stderr[-3000:]
+    [path] = (tmp_path / "results" / "reference").glob("*/results.json")
+    results = json.loads(path.read_text())
+    assert results["problems_asked"] == ["bert/level1/8", "bert/level1/9"]
+    assert results["name"] == "reference" and results["model"]["name"] == "reference"
+    samples = results["samples"]
+    assert sorted(s["key"] for s in samples) == results["problems_asked"]
+    for s in samples:
+        assert s["status"] == "correct", (s["key"], s["error"], s["detail"])
+        assert s["speedup"] and s["timing"]["n"] >= 1
+        assert (path.parent / s["code_path"]).is_file()
+        assert s["prompt_tokens"] == 0 and s["cost"] == 0.0
+    summary = results["summary"]
+    assert summary["correct_rate"] == 1.0 and summary["compiled_rate"] == 1.0
+    assert results["usage"]["cost_usd"] == 0.0
+    assert "fast_1" in done.stdout and "pass@1" in done.stdout
