@@ -60,22 +60,25 @@ class ChildOutcome:
 # ------------------------------------------------------------------ parent side
 def run_isolated(target: str, payload: dict, *, workdir: Path, timeout_s: float,
                  mem_limit_mb: int | None = None, env: dict | None = None,
-                 output_limit_mb: int = 64, prewarm: bool = False) -> ChildOutcome:
+                 output_limit_mb: int = 64, prewarm: bool = False,
+                 warm_cuda: bool = False) -> ChildOutcome:
     """Run `target` ("pkg.module:function") as `function(payload, workdir) -> dict` in a
-    fresh child. `prewarm` keeps a spare child with the same env ready for the next call."""
+    fresh child. `prewarm` keeps spare children with the same env ready for the next
+    calls; `warm_cuda` has them create their CUDA context while they wait (~0.4 s saved
+    per task; only an idle context is created, no kernels run)."""
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     result_path = workdir / "result.json"
     log_path = workdir / "output.log"
     result_path.unlink(missing_ok=True)
-    module = target.partition(":")[0]
-    child = _SPARES.take(env, module) if prewarm else None
+    preload = target.partition(":")[0] + (":cuda" if warm_cuda else "")
+    child = _SPARES.take(env, preload) if prewarm else None
     if child is None:
-        child = _Child.start(env, log_path, module)
+        child = _Child.start(env, log_path, preload)
     else:
         child.adopt_log(log_path)
     if prewarm:
-        _SPARES.refill(env, module)
+        _SPARES.refill(env, preload)
     task = {"target": target, "payload": payload, "workdir": str(workdir),
             "result_path": str(result_path)}
     t0 = time.monotonic()
@@ -123,8 +126,8 @@ class _Child:
 
     @classmethod
     def start(cls, env: dict | None, log_path: Path, preload: str = "") -> "_Child":
-        """Start a child that imports torch and `preload` (the task's module), then waits
-        for its task on stdin."""
+        """Start a child that imports torch and `preload` ("module[:cuda]": the task's
+        module, and whether to create the CUDA context), then waits for its task."""
         _become_subreaper()
         log_file = open(log_path, "wb")
         full_env = {**os.environ, **(env or {}), MARKER: "1", "PYTHONUNBUFFERED": "1"}
@@ -350,11 +353,22 @@ def _group_rss_mb(pgid: int) -> float:
 def _child_main() -> None:
     import importlib
 
-    # The expensive imports, done while we wait as a spare: torch, and the task's module.
-    for name in ["torch"] + [m for m in sys.argv[1:2] if m]:
+    # The expensive start-up, done while we wait as a spare: torch, the task's module,
+    # and (if asked) the CUDA context.
+    module, _, cuda = (sys.argv[1] if len(sys.argv) > 1 else "").partition(":")
+    for name in ["torch"] + ([module] if module else []):
         try:
             importlib.import_module(name)
         except ImportError:
+            pass
+    if cuda:
+        try:
+            import torch
+
+            if torch.cuda.is_available():
+                torch.cuda.init()
+                torch.empty(1, device="cuda")
+        except Exception:  # noqa: BLE001 - the task itself will meet and report it
             pass
     line = sys.stdin.readline()
     if not line:

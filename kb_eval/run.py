@@ -87,7 +87,8 @@ def build_parser(defaults) -> Parser:
                    help=f"timed calls per sample (default: {defaults.trials} on GPU, "
                         f"{defaults.cpu_trials} for cpp on the CPU)")
     p.add_argument("--warmup", type=int,
-                   help=f"untimed calls before timing (default: {defaults.warmup})")
+                   help=f"untimed calls before timing (default: {defaults.warmup} on GPU, "
+                        f"{defaults.cpu_warmup} for cpp on the CPU)")
     p.add_argument("--correct-trials", type=int,
                    help=f"correctness trials, fresh inputs each (default: {defaults.correct_trials})")
     p.add_argument("--jobs", type=int, default=None,
@@ -106,7 +107,7 @@ def flag_defaults(defaults) -> dict:
     return {"source": defaults.source, "level": None, "problems": None, "name": None,
             "backend": defaults.backend, "precision": defaults.precision,
             "prompt": "one_shot", "samples": 1, "turns": 1, "trials": None,
-            "warmup": defaults.warmup, "correct_trials": defaults.correct_trials,
+            "warmup": None, "correct_trials": defaults.correct_trials,
             "live_baseline": False}
 
 
@@ -155,7 +156,10 @@ def eval_config(args, defaults, cuda: bool):
     from kb_eval.timing import TimingSettings
 
     backend = args.backend if args.backend != "auto" else ("cuda" if cuda else "cpp")
-    args.trials = args.trials or (defaults.cpu_trials if backend == "cpp" else defaults.trials)
+    on_cpu = backend == "cpp"
+    args.trials = args.trials or (defaults.cpu_trials if on_cpu else defaults.trials)
+    if args.warmup is None:
+        args.warmup = defaults.cpu_warmup if on_cpu else defaults.warmup
     cfg = dict(backend=backend, precision=args.precision, correct_trials=args.correct_trials,
                timing=TimingSettings(warmup=args.warmup, trials=args.trials),
                live_baseline=bool(args.live_baseline),
@@ -427,11 +431,10 @@ def main(argv: list[str] | None = None) -> int:
         print(models_table(settings.models))
         return 0
     check_numbers(args)
-    concurrency = REFERENCE_CONCURRENCY
+    endpoint = None
     if args.model != "reference":  # before any work: an unknown model or a missing key
         endpoint = resolve_model(args.model, settings.models)
         check_api_key(endpoint)
-        concurrency = endpoint.max_concurrency
     model_dir = Path(args.results_dir) / slugify(args.model)
     run = pick_run(args, model_dir)
     run_dir = model_dir / run
@@ -445,11 +448,33 @@ def main(argv: list[str] | None = None) -> int:
     if stored.get("baseline") == "live":
         args.live_baseline = True
     check_numbers(args)
-    return execute(args, settings, run, run_dir, stored, live_asked, concurrency)
+    if endpoint is not None and args.samples > 1 and not endpoint.reasoning \
+            and not endpoint.temperature:
+        print(f"note: {endpoint.name} samples at temperature {endpoint.temperature}: its "
+              f"{args.samples} samples per problem may be identical (set temperature in "
+              f"config.py for a meaningful pass@k)")
+    return execute(args, settings, endpoint, run, run_dir, stored, live_asked)
 
 
-def execute(args, settings, run: str, run_dir: Path, stored: dict, live_asked: bool,
-            concurrency: int) -> int:
+def answerable(model, problems: list, precision: str) -> list:
+    """The offline reference model is asked only what it has solutions for (a missing
+    solution is a gap in our collection, not a model's failure to score)."""
+    from kb_eval.solutions import pick
+
+    index = model.index()  # no solutions for this backend at all: a UserError
+    have = [p for p in problems if pick(index.get(p.key), precision)]
+    skipped = [p.key for p in problems if p not in have]
+    if not have:
+        raise UserError(f"the reference model has no {model.backend} solution for the "
+                        f"selected problems")
+    if skipped:
+        print(f"note: the reference model has no {model.backend} solution for "
+              f"{', '.join(skipped)}; not asked")
+    return have
+
+
+def execute(args, settings, endpoint, run: str, run_dir: Path, stored: dict,
+            live_asked: bool) -> int:
     import torch
 
     from kb_eval.inference.models import get_model
@@ -459,9 +484,11 @@ def execute(args, settings, run: str, run_dir: Path, stored: dict, live_asked: b
 
     problems = load_problems(args.source, args.level, args.problems, args.name)
     config = eval_config(args, settings.defaults, torch.cuda.is_available())
+    model = get_model(args.model, settings.models, backend=config.backend,
+                      cache_dir=run_dir / "responses", precision=args.precision)
+    if endpoint is None:
+        problems = answerable(model, problems, args.precision)
     ctx = prepare_context(config, problems, stored, live_asked)
-    model = get_model(args.model, settings.models, backend=ctx.backend,
-                      cache_dir=run_dir / "responses")
     writer = make_writer(run_dir / "results.json", ctx, name=model.name, run=run,
                          source=args.source, problems_asked=[p.key for p in problems],
                          samples_per_problem=args.samples, resume=args.resume)
@@ -469,9 +496,12 @@ def execute(args, settings, run: str, run_dir: Path, stored: dict, live_asked: b
     writer.file.samples = [r for r in writer.file.samples if r.status != "inference_error"]
     writer.file.produced_by = Producer(tool="kb_eval.run")
     writer.file.run_args = {flag: getattr(args, flag) for flag in RESUMED_FLAGS}
-    writer.file.model = _model_info(args.model, settings.models)
+    writer.file.model = ({"name": endpoint.name, "endpoint": endpoint.base_url,
+                          "model": endpoint.model, "params": endpoint.request_params()}
+                         if endpoint else {"name": model.name, "endpoint": None})
     writer.save()
     started = time.monotonic()
+    concurrency = endpoint.max_concurrency if endpoint else REFERENCE_CONCURRENCY
     Runner(model, ctx, writer, run_dir, args, concurrency).run(problems)
     writer.save()
     table = samples_table(writer.file)
@@ -480,16 +510,6 @@ def execute(args, settings, run: str, run_dir: Path, stored: dict, live_asked: b
     print(summary_table(writer.file))
     print(f"{time.monotonic() - started:.0f} s; results: {writer.path}")
     return 0
-
-
-def _model_info(name: str, models: list) -> dict:
-    if name == "reference":
-        return {"name": name, "endpoint": None, "model": "reference"}
-    from kb_eval.inference.endpoints import resolve_model
-
-    ep = resolve_model(name, models)
-    return {"name": ep.name, "endpoint": ep.base_url, "model": ep.model,
-            "params": ep.request_params()}
 
 
 def entry(argv: list[str] | None = None) -> int:

@@ -1,8 +1,8 @@
 """`python -m kb_eval.run` with no model on a machine with no key and no network: the
 built-in `reference` model answers with the hand-written solutions of the repo's config
-(source bert; cpp on CPU, cuda on a GPU). Slow: it builds real solutions (two, in
-parallel: --level 1 --problems 8,9 keeps it to the two small b64s64 problems; the full
-no-argument run is timed by hand, see the run stage's report)."""
+(source bert; cpp on CPU, cuda on a GPU). Slow: the true command, no flags, from a fresh
+folder: it builds every C++ solution and evaluates all 16 bert problems (several minutes
+on 2 cores)."""
 
 from __future__ import annotations
 
@@ -19,18 +19,18 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
 
 
-def test_reference_model_run_without_arguments(tmp_path, build_cache_dir):
+def test_reference_model_run_without_arguments(tmp_path):
     env = {k: v for k, v in os.environ.items()
            if k != "KB_EVAL_CONFIG" and not k.endswith("_API_KEY")}
-    env["PYTHONPATH"] = str(REPO)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     # cwd is a fresh folder: the repo's config.py is used, results/ lands in tmp_path.
-    done = subprocess.run([sys.executable, "-m", "kb_eval.run", "--level", "1",
-                           "--problems", "8,9", "--cache-dir", str(build_cache_dir)],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1500)
+    done = subprocess.run([sys.executable, "-m", "kb_eval.run"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=2400)
     assert done.returncode == 0, done.stderr[-3000:]
     [path] = (tmp_path / "results" / "reference").glob("*/results.json")
     results = json.loads(path.read_text())
-    assert results["problems_asked"] == ["bert/level1/8", "bert/level1/9"]
+    index = json.loads((REPO / "reference_kernels/solutions/cpp/index.json").read_text())
+    assert sorted(results["problems_asked"]) == sorted(index) and len(index) == 16
     assert results["name"] == "reference" and results["model"]["name"] == "reference"
     samples = results["samples"]
     assert sorted(s["key"] for s in samples) == results["problems_asked"]

@@ -285,7 +285,7 @@ def test_samples_pass_at_k(setup, tmp_path):
 
 def _child_env(config: Path, **extra) -> dict:
     env = {k: v for k, v in os.environ.items() if k != KEY_ENV}
-    return {**env, "KB_EVAL_CONFIG": str(config), "PYTHONPATH": str(REPO), **extra}
+    return {**env, "KB_EVAL_CONFIG": str(config), "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])), **extra}
 
 
 def test_resume_after_kill(tmp_path, problems_dir, build_cache_dir):
@@ -317,7 +317,8 @@ def test_resume_after_kill(tmp_path, problems_dir, build_cache_dir):
             proc.wait()
         recorded = {s["problem_id"] for s in json.loads(path.read_text())["samples"]}
         asked_before = server.problems_asked()
-        assert 1 in recorded and 3 not in recorded and asked_before[:2] == [1, 2]
+        # 1 and 2 answered at once, either may be evaluated first; 3 was still being asked.
+        assert recorded and recorded <= {1, 2} and asked_before[:2] == [1, 2]
 
         slow["on"] = False
         n_before = len(server.requests)
@@ -333,7 +334,7 @@ def test_resume_after_kill(tmp_path, problems_dir, build_cache_dir):
     results = json.loads(path.read_text())
     slots = [(s["problem_id"], s["sample"], s["turn"]) for s in results["samples"]]
     assert sorted(slots) == [(pid, 0, 0) for pid in (1, 2, 3, 4)]  # each exactly once
-    assert all(s["status"] == "correct" for s in results["samples"])
+    assert [s["status"] for s in results["samples"]] == ["correct"] * 4, results["samples"]
     assert results["summary"]["problems"] == 4 and results["summary"]["correct_rate"] == 1.0
     cached = {s["problem_id"]: s["response_cached"] for s in results["samples"]}
     assert cached[3] is False and cached[4] is False

@@ -27,8 +27,9 @@ def parser(defaults) -> Parser:
     p.add_argument("--compile", dest="compile_mode", default=None,
                    choices=["default", "reduce-overhead", "max-autotune"],
                    help="time torch.compile(model, mode=...) instead of eager")
-    p.add_argument("--warmup", type=int, default=defaults.warmup,
-                   help=f"untimed calls before timing (default: {defaults.warmup})")
+    p.add_argument("--warmup", type=int, default=None,
+                   help=f"untimed calls before timing (default: {defaults.warmup} on GPU, "
+                        f"{defaults.cpu_warmup} on CPU)")
     p.add_argument("--trials", type=int, default=None,
                    help=f"timed calls (default: {defaults.trials} on GPU, "
                         f"{defaults.cpu_trials} on CPU)")
@@ -63,7 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     gpus = _parse_gpus(args.gpus) if device == "cuda" else []
     problems = load_problems(args.source, args.level, args.problems, args.name)
     trials = args.trials or (d.trials if device == "cuda" else d.cpu_trials)
-    timing = TimingSettings(warmup=args.warmup, trials=trials, flush_l2=not args.no_l2_flush)
+    warmup = args.warmup if args.warmup is not None else (
+        d.warmup if device == "cuda" else d.cpu_warmup)
+    timing = TimingSettings(warmup=warmup, trials=trials, flush_l2=not args.no_l2_flush)
     from pathlib import Path
 
     job = BaselineJob(problems=problems, precision=args.precision,

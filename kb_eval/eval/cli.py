@@ -15,6 +15,8 @@ from kb_eval.errors import UserError
 from kb_eval.eval.api import RunWriter, evaluate, prepare
 from kb_eval.eval.candidates import find_candidates, match_problems
 from kb_eval.eval.config import EvalConfig
+
+RECHECK_DEFAULT = EvalConfig.model_fields["recheck_timed"].default
 from kb_eval.problems import load_problems
 from kb_eval.results import slugify
 from kb_eval.timing import TimingSettings
@@ -57,13 +59,15 @@ def build_parser(defaults) -> argparse.ArgumentParser:
     p.add_argument("--trials", type=int, default=None,
                    help=f"timed calls per candidate (default: {defaults.trials} on GPU, "
                         f"{defaults.cpu_trials} on CPU)")
-    p.add_argument("--warmup", type=int, default=defaults.warmup,
-                   help=f"untimed calls before timing (default: {defaults.warmup})")
+    p.add_argument("--warmup", type=int, default=None,
+                   help=f"untimed calls before timing (default: {defaults.warmup} on GPU, "
+                        f"{defaults.cpu_warmup} on CPU)")
     p.add_argument("--correct-trials", type=int, default=defaults.correct_trials,
                    help="correctness trials, each with fresh inputs "
                         f"(default: {defaults.correct_trials})")
-    p.add_argument("--recheck-timed", type=int, default=0, metavar="K",
-                   help="also check the outputs of K timed calls picked at random (default: 0)")
+    p.add_argument("--recheck-timed", type=int, default=RECHECK_DEFAULT, metavar="K",
+                   help="also check the outputs of K timed calls, picked at random after "
+                        f"they return (default: {RECHECK_DEFAULT}; 0 trusts the timed calls)")
     p.add_argument("--atol", type=float, default=None,
                    help="absolute tolerance (default: 1e-4 for fp32, 1e-2 for fp16/bf16)")
     p.add_argument("--rtol", type=float, default=None,
@@ -94,8 +98,10 @@ def make_config(args, defaults, cuda: bool) -> EvalConfig:
             raise UserError(f"--{flag.replace('_', '-')} must be at least 1 (got {v})")
     backend = args.backend if args.backend != "auto" else ("cuda" if cuda else "cpp")
     trials = args.trials or (defaults.cpu_trials if backend == "cpp" else defaults.trials)
+    warmup = args.warmup if args.warmup is not None else (
+        defaults.cpu_warmup if backend == "cpp" else defaults.warmup)
     cfg = dict(backend=backend, precision=args.precision, correct_trials=args.correct_trials,
-               timing=TimingSettings(warmup=args.warmup, trials=trials),
+               timing=TimingSettings(warmup=warmup, trials=trials),
                recheck_timed=args.recheck_timed, atol=args.atol, rtol=args.rtol,
                live_baseline=args.live_baseline, results_dir=args.results_dir,
                cache_dir=args.cache_dir, build_timeout_s=args.build_timeout,

@@ -18,7 +18,7 @@ class EvalConfig(BaseModel):
     precision: Literal["fp32", "fp16", "bf16"] = "fp32"
     timing: TimingSettings = Field(default_factory=TimingSettings)
     correct_trials: int = Field(5, ge=1, description="correctness trials, fresh inputs each")
-    recheck_timed: int = Field(0, ge=0, description="timed calls whose outputs are also "
+    recheck_timed: int = Field(8, ge=0, description="timed calls whose outputs are also "
                                "checked (picked at random after each call)")
     atol: float | None = Field(None, ge=0, description="default: per precision")
     rtol: float | None = Field(None, ge=0, description="default: per precision")

@@ -55,7 +55,7 @@ class EvalContext:
         stamp = time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}-{secrets.token_hex(3)}"
         ctx = cls(config=config, hardware=hardware, backend=backend, device_kind=kind,
                   devices=devices, arch_list=arch, fingerprint=toolchain_fingerprint(arch),
-                  invocation_dir=Path(config.cache_dir) / "runs" / stamp)
+                  invocation_dir=scratch_root(config) / "runs" / stamp)
         if not config.live_baseline:
             ctx.baseline_file, ctx.baseline = load_baseline(config, hardware)
         return ctx
@@ -134,3 +134,17 @@ def load_baseline(config: EvalConfig, hardware: HardwareInfo) -> tuple[Path, Bas
         raise UserError(f"{path} was timed with {baseline.timing.method!r}, this run with "
                         f"{config.timing.method!r}: refusing to mix timing methods")
     return path, baseline
+
+
+def scratch_root(config: EvalConfig, min_free_gb: float = 8.0) -> Path:
+    """Where each invocation's scratch files (candidate outputs, reference outputs) go:
+    a RAM-backed /dev/shm when it has room (outputs of hundreds of MB per sample are
+    written and read back there, several times faster than a disk), else the cache."""
+    shm = Path("/dev/shm")
+    try:
+        st = os.statvfs(shm)
+        if os.access(shm, os.W_OK) and st.f_bavail * st.f_frsize >= min_free_gb * 2**30:
+            return shm / f"kb_eval_{os.getuid()}"
+    except OSError:
+        pass
+    return Path(config.cache_dir)

@@ -6,10 +6,11 @@ breaks are not held against the candidate):
   subclass that could fake comparisons, no lazy object);
 - `aliased_inputs`: which outputs share storage with an input (returning an input);
 - `mutated_inputs`: which inputs changed during the call (compared with a copy made before);
-- the device of each output (a GPU problem answered on the CPU is not an answer).
+- the device of each output (a GPU problem answered on the CPU is not an answer);
+- whether the output changed after the call returned (`unsettled`, seen by the worker).
 Parent side: `judge` turns the child's observations into `Flag`s; severity `error` makes a
-sample incorrect. More guards (static checks, timing integrity, physical floor) plug in
-here by adding flags.
+sample incorrect. The other rules (tripwires, completeness, physical floor, constant
+references, shape probe) are in `rules`, the static checks in `static`.
 """
 
 from __future__ import annotations
@@ -57,11 +58,14 @@ def aliased_inputs(outputs: list[torch.Tensor], inputs: list) -> list[int]:
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bit-for-bit equal (NaN equals NaN; one pass over the data)."""
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
-    if a.is_floating_point() or a.is_complex():
-        return bool(torch.equal(a.isnan(), b.isnan()) and
-                    torch.equal(a.nan_to_num(0.0), b.nan_to_num(0.0)))
+    if a.is_complex():
+        a, b = torch.view_as_real(a), torch.view_as_real(b)
+    if a.is_floating_point():
+        bits = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
+        a, b = a.view(bits), b.view(bits)
     return bool(torch.equal(a, b))
 
 
@@ -98,10 +102,14 @@ def judge(candidate_seen: dict[str, dict], reference_seen: dict[str, dict]) -> l
             flags.append(Flag(code="input_mutated", severity="error",
                               message=f"{label}: input(s) {seen['mutated']} were modified "
                                       f"by the call"))
-    return _dedupe(flags)
+        if seen.get("unsettled"):
+            flags.append(Flag(code="output_changed_after_return", severity="error",
+                              message=f"{label}: the output was still being written after "
+                                      f"the call returned (work hidden from the timer)"))
+    return dedupe(flags)
 
 
-def _dedupe(flags: list[Flag]) -> list[Flag]:
+def dedupe(flags: list[Flag]) -> list[Flag]:
     """One flag per code (the first), with a count of the others in its message."""
     by_code: dict[str, list[Flag]] = {}
     for f in flags:

@@ -31,6 +31,7 @@ from typing import Iterator
 
 from kb_eval.eval.build import Builder, source_sha256
 from kb_eval.eval.context import EvalContext
+from kb_eval.eval.reaper import sweep_escapees
 from kb_eval.eval.references import ReferenceStore
 from kb_eval.eval.sample import (SampleTask, evaluate_sample, finish, new_record,
                                  record_build_failure)
@@ -166,5 +167,6 @@ class EvalPool:
         for t in self.devices:
             t.join()
         self.judges.shutdown(wait=True, cancel_futures=abandon)
+        sweep_escapees(min_age_s=0.0)  # nothing of ours is starting now
         if not self.ctx.config.keep_workdirs:
             shutil.rmtree(self.ctx.invocation_dir, ignore_errors=True)

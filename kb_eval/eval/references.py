@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +47,7 @@ class ReferenceState:
     stats: dict[str, tuple] = field(default_factory=dict)
     timing: TimingStats | None = None
     timed: bool = False
+    metrics: dict | None = None  # what the physical floor needs (first run measures it)
     error: str | None = None
     detail: str | None = None
     crash: CrashInfo | None = None
@@ -62,9 +64,13 @@ class ReferenceState:
         self.labels, self.seen, self.digests, self.stats = set(), {}, {}, {}
 
 
-def parse_label(name: str) -> tuple[str, int]:
-    kind, _, i = name.rpartition("_")
-    return kind, int(i)
+def parse_label(name: str) -> list:
+    """correct_3 -> [correct, 3]; timing_7_<seed hex> -> [timing, 7, seed] (a candidate's
+    timed call, with the OS-random seed its inputs came from)."""
+    m = re.fullmatch(r"([a-z]+)_(\d+)(?:_([0-9a-f]{1,16}))?", name)
+    if m is None:
+        raise ValueError(f"not a label: {name!r}")
+    return [m.group(1), int(m.group(2))] + ([int(m.group(3), 16)] if m.group(3) else [])
 
 
 def stat_signature(path: Path) -> tuple | None:
@@ -96,6 +102,8 @@ class ReferenceStore:
         with state.lock:
             missing = [lb for lb in labels if lb not in state.labels]
             want_timing = self.ctx.config.live_baseline and not state.timed
+            if state.metrics is None:  # measured along with the first outputs
+                missing = missing or [lb for lb in labels[:1]]
             if state.error or not (missing or want_timing):
                 return state
             self._compute(problem, state, missing, want_timing, device)
@@ -128,6 +136,18 @@ class ReferenceStore:
                     moved.append(key)
         return moved
 
+    def forget(self, problem: Problem, labels: list[str]) -> None:
+        """Drop outputs no other sample will ask for (a candidate's own timed calls), so
+        the folder does not grow by K outputs per sample."""
+        state = self._state(problem)
+        with state.lock:
+            for label in labels:
+                if label in state.labels:
+                    (state.folder / f"{label}.pt").unlink(missing_ok=True)
+                    state.labels.discard(label)
+                    for table in (state.seen, state.digests, state.stats):
+                        table.pop(label, None)
+
     def invalidate(self, key: str) -> None:
         with self._guard:
             state = self._states.get(key)
@@ -141,12 +161,14 @@ class ReferenceStore:
         payload = {"problem_code": problem.code, "device": self.ctx.torch_device(device),
                    "precision": cfg.precision, "seed": self.ctx.problem_seed(problem),
                    "labels": [parse_label(lb) for lb in labels],
-                   "timing": cfg.timing.model_dump() if want_timing else None}
+                   "timing": cfg.timing.model_dump() if want_timing else None,
+                   "metrics": state.metrics is None, "floor_timing": cfg.timing.model_dump()}
         folder = state.folder
         folder.mkdir(parents=True, exist_ok=True)
         out = run_isolated("kb_eval.eval.worker:run_reference", payload, workdir=folder,
                            timeout_s=cfg.run_timeout_s, mem_limit_mb=cfg.mem_limit_mb,
-                           env=self.ctx.device_env(device), prewarm=True)
+                           env=self.ctx.device_env(device), prewarm=True,
+                           warm_cuda=device != "cpu")
         if not out.ok:
             state.error = f"reference {out.describe()}"
             state.detail = out.output_tail[-4000:]
@@ -157,8 +179,11 @@ class ReferenceStore:
         state.labels.update(labels)
         state.seen.update(result.get("seen", {}))
         state.digests.update(result.get("digests", {}))
+        if result.get("metrics") is not None:
+            state.metrics = result["metrics"]
         for label in labels:
-            state.stats[label] = stat_signature(folder / f"{label}.pt")
+            if label in state.digests:  # (a shape the reference refuses has no file)
+                state.stats[label] = stat_signature(folder / f"{label}.pt")
         if want_timing:
             state.timed = True
             state.timing = TimingStats.model_validate(result["timing"])

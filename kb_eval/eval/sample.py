@@ -4,6 +4,7 @@ its SampleRecord."""
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 import time
@@ -13,16 +14,23 @@ from typing import Callable
 
 from kb_eval.eval.build import BuildOutcome, crash_info, source_sha256, status_of
 from kb_eval.eval.context import EvalContext
-from kb_eval.eval.correctness import check_labels, read_outputs, tolerances
-from kb_eval.eval.guards import judge
+from kb_eval.eval.correctness import (OutputsUnreadable, check_labels, compare_outputs,
+                                      load_outputs, read_outputs, tolerances)
+from kb_eval.eval.guards import dedupe, judge
+from kb_eval.eval.reaper import sweep_escapees
 from kb_eval.eval.references import ReferenceState, ReferenceStore, ReferenceTampered
+from kb_eval.eval.rules import (child_flags, completeness, constant_reference,
+                                physical_floor, shape_probe, timing_plausible)
+from kb_eval.eval.score import VOIDS_SPEEDUP
+from kb_eval.eval.static import static_flags
+from kb_eval.eval.worker import BEFORE_PROBE, PROBE_LABEL
 from kb_eval.isolation import ChildOutcome, run_isolated
 from kb_eval.problems import Problem
 from kb_eval.results import CrashInfo, Flag, SampleRecord
 from kb_eval.timing import TimingStats
 
 
-TIMED_LABEL = re.compile(r"timing_(\d+)")
+TIMED_LABEL = re.compile(r"timing_(\d+)_([0-9a-f]{1,16})")
 
 
 @dataclass
@@ -94,29 +102,52 @@ def evaluate_sample(ctx: EvalContext, refs: ReferenceStore, task: SampleTask,
     window = _WINDOWS.begin()
     out = run_isolated("kb_eval.eval.worker:run_candidate", payload, workdir=run_dir,
                        timeout_s=cfg.run_timeout_s, mem_limit_mb=cfg.mem_limit_mb,
-                       env=ctx.device_env(device), prewarm=True)
-    _check_vandalism(refs, record, alone=_WINDOWS.end(window))
+                       env=ctx.device_env(device), prewarm=True,
+                       warm_cuda=device != "cpu")
+    alone = _WINDOWS.end(window)
+    _check_vandalism(refs, record, alone)
+    if sweep_escapees() and alone:
+        record.flags.append(Flag(code="left_processes", severity="warning",
+                                 message="processes that shed the sandbox marker outlived "
+                                         "the candidate's child (killed)"))
     record.compiled = task.build.info.status == "ok"
+    result = out.result or {}
     if not out.ok:
         phase = _phase(run_dir)
-        record.compiled = record.compiled or phase not in ("setup", "load")
-        _crashed(record, out, phase)
-        return finish(record, task)
-    result = out.result or {}
+        result = _before_probe(run_dir) if phase == "probe" else None
+        if result is None:
+            record.compiled = record.compiled or phase not in ("setup", "load")
+            _crashed(record, out, phase)
+            return finish(record, task)
+        result["probe_error"] = f"the call {out.describe()}"  # only the probe was lost
     record.compiled = result.get("status") != "compile_error"
     if result.get("status") != "ok":
         return finish(_child_failure(record, result), task)
     labels = labels_to_check(cfg, result.get("saved"))
-    ref, ref_bytes = _reference_bytes(refs, task.problem, labels, device)
+    probe = [PROBE_LABEL] if result.get("probe") == PROBE_LABEL else []
+    ref, ref_bytes = _reference_bytes(refs, task.problem, labels, device, probe)
     if ref.error:
         record.status, record.error, record.detail = "reference_error", ref.error, ref.detail
         record.crash = ref.crash
         return finish(record, task)
+    # A timed call the reference could not redo (a seed it refused) is not re-checked:
+    # it then counts as missing (timed_recheck_missing).
+    labels = [lb for lb in labels if lb in ref_bytes]
     # Read now, while no candidate runs on this device: nothing can change them later.
     cap = 4 * max(len(b) for b in ref_bytes.values()) + (1 << 20)
-    cand_bytes = read_outputs(run_dir, labels, cap)
+    cand_bytes = read_outputs(run_dir, labels + probe, cap)
+    refs.forget(task.problem, [lb for lb in labels if TIMED_LABEL.fullmatch(lb)])
     return lambda: finish(_judge(ctx, task, record, result, labels, ref, cand_bytes,
                                  ref_bytes), task)
+
+
+def _before_probe(run_dir: Path) -> dict | None:
+    """The result a child wrote before its shape probe, if the probe is what killed it."""
+    try:
+        result = json.loads((run_dir / BEFORE_PROBE).read_text())
+    except (OSError, ValueError):
+        return None
+    return result if isinstance(result, dict) else None
 
 
 class _Windows:
@@ -155,14 +186,16 @@ def _check_vandalism(refs: ReferenceStore, record: SampleRecord, alone: bool) ->
 
 
 def _reference_bytes(refs: ReferenceStore, problem: Problem, labels: list[str],
-                     device: str) -> tuple[ReferenceState, dict[str, bytes]]:
-    """The reference's outputs, verified; recomputed once if they were tampered with."""
+                     device: str, extra: list[str] = ()) -> tuple[ReferenceState, dict[str, bytes]]:
+    """The reference's outputs, verified; recomputed once if they were tampered with.
+    `extra` labels (the shape probe) are read only where the reference produced them."""
     for attempt in (1, 2):
-        ref = refs.ensure(problem, labels, device)
+        ref = refs.ensure(problem, labels + list(extra), device)
         if ref.error:
             return ref, {}
+        readable = [lb for lb in labels + list(extra) if lb in ref.digests]
         try:
-            return ref, refs.read(problem, labels)
+            return ref, refs.read(problem, readable)
         except ReferenceTampered:
             if attempt == 2:
                 raise
@@ -185,33 +218,52 @@ def _child_failure(record: SampleRecord, result: dict) -> SampleRecord:
 
 def labels_to_check(cfg, saved: object) -> list[str]:
     """Every correctness trial (decided here, not by the child), plus the re-checked timed
-    calls the child reports, if well-formed and no more than were asked for."""
+    calls the child reports, if well-formed, one per call, no more than were asked for."""
     n_calls = cfg.timing.trials + (1 if cfg.timing.discard_first else 0)
-    timed = sorted({s for s in (saved if isinstance(saved, list) else [])
-                    if isinstance(s, str) and (m := TIMED_LABEL.fullmatch(s))
-                    and int(m.group(1)) < n_calls})
+    by_call: dict[int, str] = {}
+    for s in sorted(saved if isinstance(saved, list) else [], key=str):
+        if (isinstance(s, str) and (m := TIMED_LABEL.fullmatch(s)) and int(m.group(1)) < n_calls
+                and int(m.group(2), 16) < 2 ** 63):
+            by_call.setdefault(int(m.group(1)), s)
+    timed = [by_call[i] for i in sorted(by_call)]
     return [f"correct_{i}" for i in range(cfg.correct_trials)] + timed[:cfg.recheck_timed]
+
+
+def expected_rechecks(cfg) -> int:
+    n_calls = cfg.timing.trials + (1 if cfg.timing.discard_first else 0)
+    return min(cfg.recheck_timed, n_calls)
 
 
 def _judge(ctx: EvalContext, task: SampleTask, record: SampleRecord, result: dict,
            labels: list[str], ref: ReferenceState, cand_bytes: dict,
            ref_bytes: dict[str, bytes]) -> SampleRecord:
-    """Compare in this process, apply the guards, derive the speedup."""
-    atol, rtol = tolerances(ctx.config.precision, ctx.config.atol, ctx.config.rtol)
+    """Compare in this process, apply the guards and rules, derive the speedup."""
+    cfg = ctx.config
+    atol, rtol = tolerances(cfg.precision, cfg.atol, cfg.rtol)
     record.correctness = check_labels(labels, cand_bytes, ref_bytes, atol, rtol)
     seen = result.get("seen") if isinstance(result.get("seen"), dict) else {}
     record.flags.extend(judge({lb: seen[lb] for lb in labels if isinstance(seen.get(lb), dict)},
                               ref.seen))
+    record.flags.extend(child_flags(result))
+    timed = [lb for lb in labels if TIMED_LABEL.fullmatch(lb)]
+    record.flags.extend(completeness(expected_rechecks(cfg), timed, bool(result.get("timing"))))
+    record.flags.extend(timing_plausible(result.get("timing"), cfg.timing.trials))
+    if result.get("timing") and not any(f.code == "implausible_timing" for f in record.flags):
+        record.timing = TimingStats.model_validate(result["timing"])
+        record.flags.extend(physical_floor(record.timing.median, ref.metrics, ctx.device_kind,
+                                           ctx.hardware.name, cfg.timing.flush_l2))
     passed = record.correctness.passed == record.correctness.trials > 0
     record.correct = passed and not any(f.severity == "error" for f in record.flags)
     record.status = "correct" if record.correct else "incorrect"
-    if not record.correct:
+    if record.correct:  # findings that matter only for a sample that counts
+        record.flags.extend(static_flags(task.source))
+        record.flags.extend(constant_reference(ref.seen, labels[:cfg.correct_trials]))
+        record.flags.extend(_probe_flags(result, cand_bytes, ref_bytes, atol, rtol))
+    else:
         reasons = record.correctness.failures[:1] + [f.message for f in record.flags
                                                       if f.severity == "error"][:1]
         record.error = "; ".join(reasons) or "outputs differ from the reference"
-    if result.get("timing"):
-        record.timing = TimingStats.model_validate(result["timing"])
-    if ctx.config.live_baseline:
+    if cfg.live_baseline:
         record.baseline, record.baseline_source = ref.timing, "live"
     else:
         record.baseline, record.baseline_source = ctx.baseline_for(task.problem), "file"
@@ -220,4 +272,22 @@ def _judge(ctx: EvalContext, task: SampleTask, record: SampleRecord, result: dic
                                      f"no timing for {task.problem.key}: no speedup"))
     if record.correct and record.timing and record.baseline and record.timing.median > 0:
         record.speedup = record.baseline.median / record.timing.median
+    record.flags = dedupe(record.flags)
+    record.speedup_counted = record.speedup is not None and not any(
+        f.code in VOIDS_SPEEDUP for f in record.flags)
     return record
+
+
+def _probe_flags(result: dict, cand_bytes: dict, ref_bytes: dict, atol: float,
+                 rtol: float) -> list[Flag]:
+    """The answer on a batch one smaller: wrong without an error means the candidate holds
+    only for the problem's own sizes (refusing other sizes with an error is fine)."""
+    if PROBE_LABEL not in ref_bytes or result.get("probe") != PROBE_LABEL:
+        return []
+    try:
+        d = compare_outputs(load_outputs(cand_bytes.get(PROBE_LABEL), PROBE_LABEL),
+                            load_outputs(ref_bytes[PROBE_LABEL], PROBE_LABEL), atol, rtol)
+        error = None if d.ok else d.error
+    except OutputsUnreadable as e:
+        error = str(e)
+    return shape_probe(error, "a batch one smaller than the problem's")

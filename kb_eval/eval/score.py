@@ -53,8 +53,20 @@ def is_correct(r: SampleRecord) -> bool:
     return bool(r.correct) and not any(f.severity == "error" for f in r.flags)
 
 
+# Warnings that leave a sample correct but its speedup uncounted (docs/GUARANTEES.md).
+VOIDS_SPEEDUP = frozenset({"no_custom_kernel", "constant_reference"})
+
+
+def counted_speedup(r: SampleRecord) -> float | None:
+    """The speedup the score counts: a correct sample's, unless a flag voids it."""
+    if not is_correct(r) or r.speedup is None or any(f.code in VOIDS_SPEEDUP for f in r.flags):
+        return None
+    return r.speedup
+
+
 def is_fast(r: SampleRecord, p: float) -> bool:
-    return is_correct(r) and r.speedup is not None and r.speedup > p
+    s = counted_speedup(r)
+    return s is not None and s > p
 
 
 def _by_problem(records: Iterable[SampleRecord],
@@ -101,7 +113,7 @@ def summarize(records: Iterable[SampleRecord], problems_asked: Iterable[str],
         compiled_rate=rate(lambda r: bool(r.compiled)),
         correct_rate=rate(is_correct),
         fast_p={fast_p_name(p): rate(lambda r, p=p: is_fast(r, p)) for p in fast_ps},
-        geomean_speedup=geometric_mean(r.speedup for r in correct),
+        geomean_speedup=geometric_mean(counted_speedup(r) for r in correct),
         pass_at_k=pass_k,
         status_counts=dict(Counter(r.status for rs in grouped.values() for r in rs)),
     )
@@ -113,7 +125,7 @@ def speedups_table(records: Iterable[SampleRecord]):
 
     return pd.DataFrame([{
         "key": r.key, "sample": r.sample, "turn": r.turn, "status": r.status,
-        "compiled": r.compiled, "correct": is_correct(r), "speedup": r.speedup,
+        "compiled": r.compiled, "correct": is_correct(r), "speedup": counted_speedup(r),
         "candidate_ms": r.timing.median if r.timing else None,
         "baseline_ms": r.baseline.median if r.baseline else None,
     } for r in records])

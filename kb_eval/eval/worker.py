@@ -1,24 +1,31 @@
 """The child side of evaluation: one candidate run, or one reference run (runs isolated).
 
 `run_candidate` (candidate code runs here and nowhere else, besides its build child):
-  problem loaded, reference weights built, every correctness input drawn  ->  candidate
-  source exec'ed (its kernels load from the build cache)  ->  ModelNew built with the
-  reference's weights  ->  one call per correctness trial, each output checked by the
-  guards and saved as plain tensors  ->  timed on fresh inputs per call (the shared
-  harness, same settings as the reference), a random few timed calls' outputs saved for
-  re-checking.
-`run_reference`: the same recipe with `Model`, saving outputs for the labels asked, and
-timing the reference when the baseline is live.
+  problem loaded, reference weights built, every correctness input drawn, tripwires set
+  (`integrity.Snapshot`)  ->  candidate source exec'ed (its kernels load from the build
+  cache)  ->  ModelNew built with the reference's weights  ->  one call per correctness
+  trial: inputs checked against a fresh regeneration first, output checked by the guards
+  (exact tensors, no aliasing, inputs untouched, unchanged after a wait), saved as plain
+  tensors  ->  timed, each call (warmup too) on inputs drawn from an OS-random seed at
+  that call; every timed call's output is checked for aliasing, a random few (picked
+  after they return) are checked in full and saved with their seeds for re-checking  ->
+  one call on a batch one smaller (shape probe). Tripwires are checked after every step
+  and every call; Python threads the candidate left are listed.
+`run_reference`: `Model` on the labels asked (correctness trials, the shape probe, timed
+calls by seed), saving outputs and their digests; on its first run for a problem it also
+measures what the physical floor needs; it times the reference when the baseline is live.
 
 Outputs are saved as `<label>.pt` (a list of CPU tensors); the parent loads them with
-`weights_only=True` and compares. Seeds come in derived (never the run's secret), and the
-correctness inputs are drawn before any candidate code runs. A `phase` file tells the
-parent where a child that died was.
+`weights_only=True` and compares. Seeds come in derived (never the run's secret). A
+`phase` file tells the parent where a child that died was; before the shape probe (the
+one step that may legitimately crash a kernel written for fixed sizes) the result so far
+is written to `before_probe.json`.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import secrets
 import time
@@ -27,20 +34,27 @@ from pathlib import Path
 
 import torch
 
-from kb_eval.eval.guards import OutputTypeError, observe
+from kb_eval.eval.guards import OutputTypeError, aliased_inputs, observe, output_tensors
+from kb_eval.eval.integrity import Snapshot
+from kb_eval.eval.probes import (changed_inputs, copy_bandwidth, digest, empty_call_ms,
+                                 fresh_seed, probe_inputs, settled, tensor_bytes,
+                                 thread_names)
 from kb_eval.harness import (INIT_SEED, inputs_for, load_problem, reference_model,
                              time_model)
-from kb_eval.inputs import build_model, copy_tree, precision_dtype
+from kb_eval.inputs import build_model, copy_tree, make_inputs, precision_dtype
 from kb_eval.problems import load_module
-from kb_eval.timing import TimingSettings
+from kb_eval.timing import TimingSettings, time_callable
 
 CUDA_ERROR_MARKERS = ("CUDA error", "CUDA_ERROR", "illegal memory access", "cudaError",
                       "device-side assert", "unspecified launch failure")
+BEFORE_PROBE = "before_probe.json"
+PROBE_LABEL = "shape_0"
 
 
 def label_name(label) -> str:
-    kind, i = label
-    return f"{kind}_{i}"
+    """("correct", 3) -> correct_3; ("timing", 7, seed) -> timing_7_<seed hex>."""
+    kind, i, *seed = label
+    return f"{kind}_{i}" + (f"_{seed[0]:x}" if seed and seed[0] is not None else "")
 
 
 def set_phase(workdir: Path, phase: str) -> None:
@@ -72,6 +86,27 @@ def use_build_dirs(payload: dict) -> None:
         os.environ["TRITON_CACHE_DIR"] = str(Path(ext) / "triton")
 
 
+class Watch:
+    """The tripwires and what they caught (reported to the parent, which flags it)."""
+
+    def __init__(self):
+        self.snapshot = Snapshot()
+        self.threads = thread_names()
+        self.tampered: list[dict] = []
+        self.inputs_tampered: list[str] = []
+        self.timed_aliased: list[int] = []
+
+    def check(self, where: str) -> None:
+        changes = self.snapshot.changes()
+        if changes and len(self.tampered) < 5:
+            self.tampered.append({"where": where, "what": changes[:12]})
+
+    def report(self) -> dict:
+        return {"tampered": self.tampered, "inputs_tampered": self.inputs_tampered,
+                "timed_aliased": self.timed_aliased[:20],
+                "threads": sorted(thread_names() - self.threads)[:10]}
+
+
 # ------------------------------------------------------------------ candidate
 def run_candidate(payload: dict, workdir: Path) -> dict:
     workdir = Path(workdir)
@@ -84,6 +119,7 @@ def run_candidate(payload: dict, workdir: Path) -> dict:
     # Drawn before candidate code exists in this process: it cannot steer them.
     trial_inputs = [inputs_for(module, seed, ("correct", i), precision, device)
                     for i in range(n_trials)]
+    watch = Watch()  # last thing before candidate code: everything of ours is loaded
 
     set_phase(workdir, "load")
     t0 = time.monotonic()
@@ -93,89 +129,196 @@ def run_candidate(payload: dict, workdir: Path) -> dict:
     except Exception as e:  # noqa: BLE001 - any failure to load is the candidate's
         return failure("compile_error", "load", e)
     load_s = time.monotonic() - t0
+    watch.check("load")
     try:
         model = build_model(model_cls, copy_tree(init), INIT_SEED, device,
                             precision_dtype(precision), ref_state)
     except Exception as e:  # noqa: BLE001
         return failure("runtime_error", "init", e)
     del ref_state
+    watch.check("init")
 
     set_phase(workdir, "correctness")
     seen: dict[str, dict] = {}
-    for i, inputs in enumerate(trial_inputs):
+    for i in range(n_trials):
         label = label_name(("correct", i))
+        inputs, trial_inputs[i] = trial_inputs[i], None
         try:
-            pristine = copy_tree(inputs)
-            with torch.no_grad():
-                out = model(*inputs)
-            sync(device)
-            tensors, seen[label] = observe(out, inputs, pristine)
-            save_outputs(workdir / f"{label}.pt", tensors)
+            _correctness_call(model, module, seed, i, inputs, payload, workdir, device,
+                              seen, watch)
         except OutputTypeError as e:
             return {**failure("runtime_error", "correctness", e), "output_type": True}
         except Exception as e:  # noqa: BLE001
             return failure("runtime_error", "correctness", e)
-        del out, tensors, pristine
-    del trial_inputs
+        watch.check(label)
+        del inputs
 
     result = {"status": "ok", "load_s": load_s, "seen": seen, "saved": list(seen)}
     if payload.get("timing") is not None:
         set_phase(workdir, "timing")
         try:
-            result.update(_time_candidate(model, module, seed, payload, workdir, device, seen))
+            result.update(_time_candidate(model, module, payload, workdir, device, seen,
+                                          watch))
+        except OutputTypeError as e:
+            return {**failure("runtime_error", "timing", e), "output_type": True}
         except Exception as e:  # noqa: BLE001
             return {**failure("runtime_error", "timing", e), "seen": seen}
         result["saved"] = list(seen)
+    watch.check("end")
+    result.update(watch.report())
+    _shape_probe(model, module, seed, payload, workdir, device, result)
+    watch.check("probe")
+    result.update(watch.report())
     return result
 
 
-def _time_candidate(model, module, seed: int, payload: dict, workdir: Path,
-                    device: torch.device, seen: dict) -> dict:
+def _correctness_call(model, module, seed: int, i: int, inputs: list, payload: dict,
+                      workdir: Path, device: torch.device, seen: dict, watch: Watch) -> None:
+    label = label_name(("correct", i))
+    # Inputs are a function of their seed: draw them again for the pristine values.
+    pristine = inputs_for(module, seed, ("correct", i), payload["precision"], device)
+    if changed_inputs(inputs, pristine):
+        watch.inputs_tampered.append(label)
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        out = model(*inputs)
+    sync(device)
+    call_s = time.perf_counter() - t0
+    tensors, seen[label] = observe(out, inputs, pristine)
+    calm, snapshot = settled(tensors, device, call_s)
+    seen[label]["unsettled"] = not calm
+    save_outputs(workdir / f"{label}.pt", snapshot)
+
+
+def _time_candidate(model, module, payload: dict, workdir: Path, device: torch.device,
+                    seen: dict, watch: Watch) -> dict:
+    """Time on inputs drawn, at each call, from a seed the OS gives us then: nothing the
+    candidate can learn beforehand predicts them. Same inputs generator, device and timer
+    as the reference's timing, so the times compare."""
     settings = TimingSettings.model_validate(payload["timing"])
+    dtype = precision_dtype(payload["precision"])
     n_calls = settings.trials + (1 if settings.discard_first else 0)
     # Which timed calls are re-checked is drawn after each call returns (selection
     # sampling), so the candidate cannot know in advance which calls count.
     wanted = [min(payload.get("recheck_timed", 0), n_calls)]
     left = [n_calls]
+    current: dict = {}
+
+    def args_for_trial(i: int) -> list:
+        s = fresh_seed()
+        current.update(seed=s, inputs=make_inputs(module.get_inputs, s, device, dtype))
+        return current["inputs"]
 
     def on_output(i: int, out) -> None:
+        tensors = output_tensors(out)
+        if aliased_inputs(tensors, current["inputs"]):
+            watch.timed_aliased.append(i)
+        watch.check(f"timed call {i}")
         pick = wanted[0] > 0 and secrets.randbelow(left[0]) < wanted[0]
         left[0] -= 1
         if pick:
             wanted[0] -= 1
-            label = label_name(("timing", i))
-            tensors, seen[label] = observe(out, [], None)
-            save_outputs(workdir / f"{label}.pt", tensors)
+            _recheck(tensors, module, current, i, device, dtype, workdir, seen)
 
-    stats = time_model(model, module, seed, payload["precision"], device, settings,
-                       on_output=on_output)
+    with torch.no_grad():
+        stats = time_callable(model, settings, device, args_for_trial, on_output)
     return {"timing": stats.model_dump()}
 
 
+def _recheck(tensors, module, current: dict, i: int, device, dtype, workdir: Path,
+             seen: dict) -> None:
+    label = label_name(("timing", i, current["seed"]))
+    inputs = current["inputs"]
+    pristine = make_inputs(module.get_inputs, current["seed"], device, dtype)
+    calm, snapshot = settled(tensors, device, 0.0)
+    seen[label] = {"aliased": aliased_inputs(tensors, inputs),
+                   "mutated": changed_inputs(inputs, pristine),
+                   "devices": [t.device.type for t in tensors], "unsettled": not calm}
+    save_outputs(workdir / f"{label}.pt", snapshot)
+
+
+def _shape_probe(model, module, seed: int, payload: dict, workdir: Path,
+                 device: torch.device, result: dict) -> None:
+    """One call on a batch one smaller. A kernel written for the problem's sizes only may
+    crash here: the result so far is on disk first, so that costs only the probe."""
+    probe = probe_inputs(inputs_for(module, seed, ("shape", 0), payload["precision"], device))
+    if probe is None:
+        return
+    (workdir / BEFORE_PROBE).write_text(json.dumps(result, default=str))
+    set_phase(workdir, "probe")
+    try:
+        with torch.no_grad():
+            out = model(*probe)
+        sync(device)
+        save_outputs(workdir / f"{PROBE_LABEL}.pt", output_tensors(out))
+        result["probe"] = PROBE_LABEL
+    except Exception as e:  # noqa: BLE001 - refusing other sizes is allowed
+        result["probe_error"] = f"{type(e).__name__}: {e}".splitlines()[0][:300]
+
+
 # ------------------------------------------------------------------ reference
+def _reference_inputs(module, seed: int, kind: str, i: int, label_seed, precision, device):
+    if label_seed is not None:  # a timed call of a candidate: its own seed
+        return make_inputs(module.get_inputs, label_seed, device, precision_dtype(precision))
+    inputs = inputs_for(module, seed, (kind, i), precision, device)
+    return probe_inputs(inputs) if kind == "shape" else inputs
+
+
 def run_reference(payload: dict, workdir: Path) -> dict:
-    """Outputs of `Model` for each label in payload["labels"] (saved to workdir), and
-    its timing when payload["timing"] is given (live baseline)."""
+    """Outputs of `Model` for each label in payload["labels"] ([kind, i] or [kind, i,
+    seed]; saved to workdir), their digests, the floor metrics when asked, and its timing
+    when payload["timing"] is given (live baseline)."""
     workdir = Path(workdir)
     device, precision, seed = torch.device(payload["device"]), payload["precision"], payload["seed"]
     module, init = load_problem(payload["problem_code"], precision, device)
     model = reference_model(module, init, precision, device)
     seen: dict[str, dict] = {}
     digests: dict[str, str] = {}  # the parent checks the files against these
-    for kind, i in payload["labels"]:
-        label = label_name((kind, i))
-        inputs = inputs_for(module, seed, (kind, i), precision, device)
-        pristine = copy_tree(inputs)
-        with torch.no_grad():
-            out = model(*inputs)
-        sync(device)
+    for kind, i, *rest in payload["labels"]:
+        label_seed = rest[0] if rest else None
+        label = label_name((kind, i, label_seed))
+        try:
+            inputs = _reference_inputs(module, seed, kind, i, label_seed, precision, device)
+            pristine = copy_tree(inputs)
+            with torch.no_grad():
+                out = model(*inputs)
+            sync(device)
+        except Exception as e:  # noqa: BLE001
+            if kind == "correct":  # the problem's own trials: a broken reference
+                raise
+            # The probe's shape, or a seed a candidate reported: never fatal for the
+            # problem (the parent counts a missing output against that candidate).
+            seen[label] = {"skipped": f"{type(e).__name__}: {e}".splitlines()[0][:200]}
+            continue
         tensors, seen[label] = observe(out, inputs, pristine)
+        seen[label]["value"] = digest(tensors)
         save_outputs(workdir / f"{label}.pt", tensors)
         digests[label] = hashlib.sha256((workdir / f"{label}.pt").read_bytes()).hexdigest()
         del out, tensors, inputs, pristine
     result: dict = {"seen": seen, "digests": digests}
+    settings = TimingSettings.model_validate(payload["timing"] or payload.get("floor_timing")
+                                             or {})
+    if payload.get("metrics"):
+        result["metrics"] = _floor_metrics(model, module, seed, precision, device, settings)
     if payload.get("timing") is not None:
-        settings = TimingSettings.model_validate(payload["timing"])
         result["timing"] = time_model(model, module, seed, precision, device,
                                       settings).model_dump()
     return result
+
+
+def _floor_metrics(model, module, seed: int, precision: str, device: torch.device,
+                   settings: TimingSettings) -> dict:
+    """What the physical floor needs, measured where no candidate code runs: the bytes a
+    call reads and writes, an empty call's time through the same timer, and (GPU) the L2
+    size and a device copy's bandwidth."""
+    try:
+        inputs = inputs_for(module, seed, ("correct", 0), precision, device)
+        with torch.no_grad():
+            out = model(*inputs)
+        sync(device)
+        l2 = torch.cuda.get_device_properties(device).L2_cache_size if device.type == "cuda" else 0
+        return {"in_bytes": tensor_bytes(list(inputs)), "out_bytes": tensor_bytes(output_tensors(out)),
+                "l2_bytes": l2, "empty_call_ms": empty_call_ms(device, settings, inputs),
+                "copy_bytes_per_s": copy_bandwidth(device)}
+    except Exception as e:  # noqa: BLE001 - no floor then, but the outputs still count
+        return {"error": f"{type(e).__name__}: {e}"[:300]}

@@ -41,7 +41,7 @@ def run_eval(entries: list[tuple[str, str, Path]], *, backend: str, results_dir:
            "--source", str(problems), "--backend", backend, "--live-baseline",
            "--name", "suite", "--run", "r1", "--results-dir", str(results_dir),
            "--cache-dir", str(cache_dir), *args]
-    full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+    full_env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])), **(env or {})}
     proc = subprocess.run(cmd, cwd=REPO, env=full_env, capture_output=True, text=True,
                           timeout=timeout)
     path = results_dir / "suite" / "r1" / "results.json"

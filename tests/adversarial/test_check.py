@@ -59,7 +59,7 @@ def write_problems(root: Path, names) -> Path:
 
 
 def check(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": ""}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])), "CUDA_VISIBLE_DEVICES": ""}
     return subprocess.run([sys.executable, "-m", "kb_eval.check", *args], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=600)
 

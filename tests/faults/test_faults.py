@@ -183,13 +183,14 @@ def test_vandal_flagged_and_others_judged_on_true_references(cpu_run):
 
 def test_escape_from_the_sandbox_marker(tmp_path_factory):
     """A descendant that drops the KB_EVAL_SANDBOX marker from its environment (exec with
-    env={}) and leaves its session is invisible to a marker-based reaper."""
+    env={}) and leaves its session is invisible to a marker-based reaper; the eval's
+    sweep (kb_eval/eval/reaper.py) ends it and names it on the record."""
     run = evaluate([("escape_env", "escape_env.py", SCALE_ADD)], "cpp", tmp_path_factory,
                    "escape")
-    assert _record(run, "escape_env")["status"] == "correct"
-    if run["leftovers"]:
-        pytest.xfail("isolation reaps by environment marker only: a setsid'ed, env-cleared "
-                     "descendant survives (asked of kb_eval.isolation's owner)")
+    r = _record(run, "escape_env")
+    assert r["status"] == "correct", r
+    assert "left_processes" in {f["code"] for f in r["flags"]}
+    assert run["leftovers"] == [], "the marker-less escapee outlived the run"
 
 
 # ------------------------------------------------------------------ GPU faults

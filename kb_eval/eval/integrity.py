@@ -1,0 +1,146 @@
+"""Tripwires for in-process tampering (candidate child side).
+
+Before any candidate code runs, the worker takes a `Snapshot` of what timing, syncing,
+comparing, seeding and reporting rely on:
+- functions and classes at fixed paths (time.perf_counter_ns, torch.cuda.synchronize,
+  torch.cuda.Event and its methods, torch.allclose, torch.save, os.urandom, ...): the
+  object's identity and, for Python functions, the identity of its code, defaults and
+  closure;
+- every global name of our own modules (kb_eval.timing, .inputs, .harness, .eval.worker,
+  .eval.guards, ...) and every attribute of our timer classes: so `timing.time = fake`,
+  `TimingStats.of = ...` or a re-imported module are seen;
+- `sys.modules` entries of those modules, builtins, sys.settrace/setprofile hooks;
+- the numerics switches the run fixed (TF32, float32 matmul precision, reduced-precision
+  reductions).
+`Snapshot.changes()` lists what differs now. The worker calls it after loading the
+candidate, after building the model, after each correctness call, after every timed call
+(outside the timed region) and at the end; any change becomes a `tampered` flag (error).
+
+This is a tripwire, not a wall: code in the same process can also patch the checker, race
+it from another thread, or tamper natively (ctypes, C++). The defenses that do not trust
+the child (parent-side comparison, unpredictable inputs, physical floor) are listed in
+docs/GUARANTEES.md.
+"""
+
+from __future__ import annotations
+
+import builtins
+import importlib
+import inspect
+import sys
+from typing import Any
+
+# (module, attribute path) of what a timer, a checker or a reporter relies on.
+PROTECTED = [
+    ("time", p) for p in ("perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns",
+                          "time", "time_ns", "process_time", "sleep")
+] + [
+    ("torch", p) for p in (
+        "cuda.synchronize", "cuda.Event", "cuda.Event.record", "cuda.Event.elapsed_time",
+        "cuda.Event.synchronize", "cuda.Event.query", "cuda.Event.wait", "cuda.Event.__init__",
+        "cuda.Event.__new__", "cuda.current_stream", "cuda.default_stream", "cuda.set_device",
+        "cuda.current_device", "cuda.get_device_properties", "cuda.Stream", "cuda.stream",
+        "cuda.is_available", "allclose", "equal", "isclose", "testing.assert_close",
+        "save", "load", "manual_seed", "randn", "rand", "randint", "empty", "zeros", "no_grad",
+        "device", "Tensor", "Tensor.clone", "Tensor.to", "Tensor.cpu", "Tensor.contiguous",
+        "Tensor.detach", "Tensor.zero_", "Tensor.data_ptr", "Tensor.untyped_storage",
+        "Tensor.isnan", "Tensor.nan_to_num", "Tensor.__eq__", "nn.Module.__call__",
+        "_C._cuda_synchronize", "_utils._CudaEventBase")
+] + [
+    ("statistics", p) for p in ("median", "fmean", "stdev", "quantiles")
+] + [
+    ("os", p) for p in ("urandom", "replace", "write", "_exit", "getpid")
+] + [("secrets", "randbelow"), ("secrets", "randbits"), ("json", "dumps"), ("json", "dump"),
+     ("gc", "collect"), ("gc", "disable"), ("gc", "enable"), ("hashlib", "sha256")]
+
+# Our own modules: every global name (so `kb_eval.timing.time = fake` shows) and the
+# attributes of the classes that time and judge.
+OWN_MODULES = ("kb_eval.timing", "kb_eval.inputs", "kb_eval.harness", "kb_eval.problems",
+               "kb_eval.isolation", "kb_eval.eval.worker", "kb_eval.eval.guards",
+               "kb_eval.eval.probes", "kb_eval.eval.integrity")
+OWN_CLASSES = [("kb_eval.timing", "_CpuTimer"), ("kb_eval.timing", "_CudaTimer"),
+               ("kb_eval.timing", "TimingStats"), ("kb_eval.timing", "TimingSettings"),
+               ("kb_eval.eval.integrity", "Snapshot"), ("kb_eval.eval.worker", "Watch")]
+
+
+def _fingerprint(obj: Any) -> tuple:
+    """Identity of an object and, for Python functions, of what decides their behaviour."""
+    func = getattr(obj, "__func__", obj)  # classmethod / staticmethod / bound method
+    if inspect.isfunction(func):
+        return (id(obj), id(func), id(func.__code__), id(func.__defaults__),
+                id(func.__kwdefaults__), id(func.__closure__), id(func.__globals__))
+    return (id(obj), id(func))
+
+
+def _resolve(module: str, path: str) -> Any:
+    """The object at module.path, taking the last step statically (descriptors as such)."""
+    obj: Any = sys.modules.get(module) or importlib.import_module(module)
+    parts = path.split(".")
+    for part in parts[:-1]:
+        obj = getattr(obj, part)
+    if inspect.isclass(obj):
+        return inspect.getattr_static(obj, parts[-1])
+    return getattr(obj, parts[-1])
+
+
+def _numerics() -> dict[str, Any]:
+    import torch
+
+    be = torch.backends
+    values = {
+        "cuda.matmul.allow_tf32": be.cuda.matmul.allow_tf32,
+        "cudnn.allow_tf32": be.cudnn.allow_tf32,
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "cuda.matmul.allow_fp16_reduced_precision_reduction":
+            be.cuda.matmul.allow_fp16_reduced_precision_reduction,
+        "cuda.matmul.allow_bf16_reduced_precision_reduction":
+            be.cuda.matmul.allow_bf16_reduced_precision_reduction,
+    }
+    for name, holder in (("fp32_precision", be), ("cuda.matmul.fp32_precision", be.cuda.matmul),
+                         ("cudnn.conv.fp32_precision", getattr(be.cudnn, "conv", None)),
+                         ("cudnn.rnn.fp32_precision", getattr(be.cudnn, "rnn", None))):
+        if holder is not None and hasattr(holder, "fp32_precision"):
+            values[name] = holder.fp32_precision
+    return values
+
+
+class Snapshot:
+    """What the protected objects are now; `changes()` says what differs later."""
+
+    def __init__(self):
+        self.items = self._take()
+
+    @staticmethod
+    def _take() -> dict[str, Any]:
+        items: dict[str, Any] = {}
+        for module, path in PROTECTED:
+            try:
+                items[f"{module}.{path}"] = _fingerprint(_resolve(module, path))
+            except (AttributeError, ImportError):
+                items[f"{module}.{path}"] = None
+        for name in OWN_MODULES:
+            mod = sys.modules.get(name)
+            items[f"sys.modules[{name}]"] = id(mod)
+            if mod is not None:
+                for key, value in vars(mod).items():
+                    if not key.startswith("__"):
+                        items[f"{name}.{key}"] = _fingerprint(value)
+        for module, cls_name in OWN_CLASSES:
+            cls = getattr(sys.modules.get(module), cls_name, None)
+            if cls is not None:
+                for key, value in vars(cls).items():
+                    if not key.startswith("__") or key in ("__init__", "__call__", "__new__"):
+                        items[f"{module}.{cls_name}.{key}"] = _fingerprint(value)
+        for key, value in vars(builtins).items():
+            items[f"builtins.{key}"] = id(value)
+        items["sys.gettrace"] = id(sys.gettrace())
+        items["sys.getprofile"] = id(sys.getprofile())
+        for key, value in _numerics().items():
+            items[f"torch.backends.{key}"] = value
+        return items
+
+    def changes(self) -> list[str]:
+        now = self._take()
+        changed = [k for k, v in self.items.items() if now.get(k) != v]
+        changed += [k for k in now if k not in self.items and not k.startswith("builtins.")]
+        return sorted(changed)

@@ -1,0 +1,128 @@
+"""Child-side checks of one call, shared by the candidate and the reference workers.
+
+- `fresh_seed()`: a seed from the OS, drawn at the call: timed inputs that do not exist
+  before the call cannot be precomputed, whatever the candidate learns of our seeds.
+- `regenerate` + `same_tree`: inputs are a pure function of their seed, so instead of
+  copying every input before a call we draw them again when we need the pristine values
+  (to see whether a call, or anything before it, modified them).
+- `settled_outputs`: snapshot the outputs, wait, synchronize, compare: an output still
+  being written after the call returned (a thread, a stream the sync missed) differs.
+- `probe_inputs`: the problem's inputs with the batch (first) dimension one smaller, to see
+  whether a candidate computes the operation or only the one shape it was shown.
+- `thread_names`: Python threads alive now (a candidate's own threads show up here).
+- `empty_call_ms`: the time of a call that does nothing, through the same timer: no
+  candidate can be faster (measured in the reference child, before anything else runs).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+import time
+from typing import Any
+
+import torch
+
+from kb_eval.eval.guards import _same
+from kb_eval.inputs import make_inputs
+from kb_eval.timing import TimingSettings, time_callable
+
+SETTLE_S = 0.01  # how long an output must stay unchanged after its call returned
+SETTLE_MAX_S = 0.5
+
+
+def fresh_seed() -> int:
+    return int.from_bytes(os.urandom(8), "little") >> 1
+
+
+def regenerate(module, seed: int, device: torch.device, dtype: torch.dtype) -> list:
+    return make_inputs(module.get_inputs, seed, device, dtype)
+
+
+def same_tensor(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bit-for-bit equal on the same device (NaN equals NaN): an untouched or regenerated
+    tensor is."""
+    return a.device == b.device and _same(a, b)
+
+
+def changed_inputs(inputs: list, pristine: list) -> list[int]:
+    """Indices of tensor inputs that differ from their pristine values."""
+    return [i for i, (x, p) in enumerate(zip(inputs, pristine))
+            if isinstance(x, torch.Tensor) and isinstance(p, torch.Tensor)
+            and not same_tensor(x, p)]
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def settled(tensors: list[torch.Tensor], device: torch.device,
+            call_s: float) -> tuple[bool, list[torch.Tensor]]:
+    """Snapshot the outputs as the call left them, wait, synchronize, compare: (whether
+    they stayed the same, the snapshot: what the call returned, which is what is judged)."""
+    snapshot = [t.detach().clone() for t in tensors]
+    time.sleep(min(SETTLE_MAX_S, SETTLE_S + 2 * call_s))
+    sync(device)
+    return all(same_tensor(t.detach(), s) for t, s in zip(tensors, snapshot)), snapshot
+
+
+def probe_inputs(inputs: list) -> list | None:
+    """Inputs with the first dimension one smaller (every tensor input of rank >= 2 whose
+    first dimension is the first tensor input's); None when there is no such batch."""
+    tensors = [x for x in inputs if isinstance(x, torch.Tensor) and x.dim() >= 2]
+    if not tensors or tensors[0].shape[0] < 2:
+        return None
+    batch = tensors[0].shape[0]
+    return [x[:batch - 1] if isinstance(x, torch.Tensor) and x.dim() >= 2 and
+            x.shape[0] == batch else x for x in inputs]
+
+
+def thread_names() -> set[str]:
+    return {f"{t.name}#{t.ident}" for t in threading.enumerate()}
+
+
+def digest(tensors: list[torch.Tensor]) -> str:
+    """Exact identity of saved outputs (shape, dtype and bytes)."""
+    h = hashlib.sha256()
+    for t in tensors:
+        c = t.detach().to("cpu").contiguous()
+        h.update(f"{tuple(c.shape)}{c.dtype}".encode())
+        if c.is_complex():
+            c = torch.view_as_real(c)
+        h.update(c.reshape(-1).view(torch.uint8).numpy().tobytes() if c.numel() else b"")
+    return h.hexdigest()
+
+
+def tensor_bytes(xs: Any) -> int:
+    if isinstance(xs, torch.Tensor):
+        return xs.numel() * xs.element_size()
+    if isinstance(xs, (list, tuple)):
+        return sum(tensor_bytes(x) for x in xs)
+    return 0
+
+
+def empty_call_ms(device: torch.device, settings: TimingSettings, args: list) -> float:
+    """Median time of a call that does nothing, through the same timer and settings."""
+    probe = settings.model_copy(update={"warmup": 3, "trials": 30})
+    return time_callable(lambda *a: None, probe, device, lambda i: args).median
+
+
+def copy_bandwidth(device: torch.device) -> float | None:
+    """Bytes/s of a device-to-device copy (read + write), for GPUs we have no figure for."""
+    if device.type != "cuda":
+        return None
+    n = 256 << 20
+    src = torch.empty(n, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    best = float("inf")
+    for _ in range(5):
+        start.record()
+        dst.copy_(src)
+        end.record()
+        end.synchronize()
+        best = min(best, start.elapsed_time(end) / 1e3)
+    return 2 * n / best

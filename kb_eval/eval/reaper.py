@@ -1,0 +1,62 @@
+"""Processes that outlive their sandbox child without its marker.
+
+kb_eval.isolation makes this process a child subreaper: every orphaned descendant of a
+sandbox child re-parents to us, and isolation kills those that carry the sandbox marker
+(KB_EVAL_SANDBOX=1) in their environment. A descendant that exec'ed with a clean
+environment and left its session escapes that test. `sweep_escapees` ends them too: a
+direct child of this process that isolation does not know (not running, not a spare), in
+a session other than ours (our own short-lived helpers, e.g. compiler version probes,
+stay in our session; every sandbox child gets a session of its own, as do escapees), and
+older than `min_age_s` (so a child another thread is just starting is never taken for
+one). Run after each candidate child, and with no age limit when the pool closes.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import kb_eval.isolation as isolation
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _uptime_s() -> float:
+    return float(Path("/proc/uptime").read_text().split()[0])
+
+
+def sweep_escapees(min_age_s: float = 0.1, rounds: int = 5) -> list[int]:
+    """Kill and reap unknown direct children in foreign sessions; returns their pids."""
+    if not sys.platform.startswith("linux"):
+        return []
+    killed: list[int] = []
+    my_session, hz = os.getsid(0), os.sysconf("SC_CLK_TCK")
+    for _ in range(rounds):  # an escapee's own children re-parent to us once it dies
+        known, now, found = isolation._LIVE.pids(), _uptime_s(), []
+        for pid in isolation._proc_children():
+            fields = _stat_fields(pid)
+            if pid in known or fields is None:
+                continue
+            # fields: [0] state, [3] session, [19] start time (clock ticks since boot)
+            if int(fields[3]) == my_session or now - int(fields[19]) / hz < min_age_s:
+                continue
+            found.append(pid)
+        for pid in found:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except (ProcessLookupError, ChildProcessError, PermissionError):
+                pass
+        killed += found
+        if not found:
+            break
+        time.sleep(0.05)
+    return killed

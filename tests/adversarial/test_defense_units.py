@@ -1,0 +1,230 @@
+"""Unit tests of the defenses, in process and fast: the tripwires, the static checks, the
+parent-side rules (floor, plausibility, completeness, constant references, voided
+speedups), the probes' helpers and the sweep of marker-less leftover processes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from kb_eval.eval import integrity, probes, rules
+from kb_eval.eval.score import counted_speedup, is_fast
+from kb_eval.eval.static import static_flags
+from kb_eval.results import Flag, SampleRecord
+
+
+# ------------------------------------------------------------------ tripwires
+@pytest.fixture
+def restore():
+    """Put back whatever a test patches (by reference, captured before)."""
+    import time as t
+    import kb_eval.timing as timing
+
+    saved = [(t, "perf_counter_ns", t.perf_counter_ns), (torch, "allclose", torch.allclose),
+             (timing, "time", timing.time),
+             (timing.TimingStats, "of", timing.TimingStats.__dict__["of"])]
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    yield
+    for obj, name, value in saved:
+        setattr(obj, name, value)
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+
+
+def test_tripwires_quiet_when_nothing_changes():
+    snap = integrity.Snapshot()
+    torch.randn(3) + 1  # ordinary work changes nothing protected
+    assert snap.changes() == []
+
+
+@pytest.mark.parametrize("patch,seen", [
+    (lambda: setattr(time, "perf_counter_ns", lambda: 0), "time.perf_counter_ns"),
+    (lambda: setattr(torch, "allclose", lambda *a, **k: True), "torch.allclose"),
+    (lambda: setattr(__import__("kb_eval.timing").timing, "time", object()), "kb_eval.timing.time"),
+    (lambda: setattr(__import__("kb_eval.timing").timing.TimingStats, "of",
+                     classmethod(lambda cls, xs: None)), "kb_eval.timing.TimingStats.of"),
+    (lambda: setattr(torch.backends.cuda.matmul, "allow_tf32", True),
+     "torch.backends.cuda.matmul.allow_tf32"),
+])
+def test_tripwires_see_patches(restore, patch, seen):
+    snap = integrity.Snapshot()
+    patch()
+    assert seen in snap.changes()
+
+
+def test_tripwire_sees_code_swap(restore):
+    import kb_eval.timing as timing
+
+    snap = integrity.Snapshot()
+    original = timing.time_callable.__code__
+    try:
+        timing.time_callable.__code__ = (lambda *a, **k: None).__code__
+        assert "kb_eval.timing.time_callable" in snap.changes()
+    finally:
+        timing.time_callable.__code__ = original
+
+
+# ------------------------------------------------------------------ static checks
+def codes(source: str) -> set[str]:
+    return {f.code for f in static_flags(source)}
+
+
+def test_static_kernels_recognised():
+    for src in ("from torch.utils.cpp_extension import load_inline\next = load_inline('a', '')",
+                "import torch.utils.cpp_extension as ce\next = ce.load(name='a', sources=[])",
+                "from torch.utils.cpp_extension import load_inline as li\next = li('a', '')",
+                "import triton\n@triton.jit\ndef k(x): pass",
+                "from triton import jit\n@jit\ndef k(x): pass",
+                "import cupy\nk = cupy.RawKernel('', 'k')"):
+        assert "no_custom_kernel" not in codes(src), src
+    assert "no_custom_kernel" in codes("import torch\nclass ModelNew: pass")
+    assert "no_custom_kernel" in codes("import torch\nf = torch.compile(lambda x: x)")
+
+
+def test_static_suspicious_and_patches():
+    assert "suspicious_code" in codes("import gc\ngc.get_objects()")
+    assert "suspicious_code" in codes("import sys\nsys._getframe(1)")
+    assert "suspicious_code" in codes("import threading")
+    assert "monkeypatch" in codes("import time\ntime.perf_counter = lambda: 0")
+    assert "monkeypatch" in codes("import torch\ntorch.backends.cuda.matmul.allow_tf32 = True")
+    assert "monkeypatch" not in codes("import torch\ntorch.backends.cudnn.benchmark = True")
+    assert "monkeypatch" not in codes("class A:\n    def f(self):\n        self.x = 1")
+    assert static_flags("def broken(:") == []
+
+
+# ------------------------------------------------------------------ parent-side rules
+STATS = {"mean": 1.0, "median": 1.0, "std": 0.1, "min": 0.9, "max": 1.2, "p25": 0.95,
+         "p75": 1.05, "n": 10, "unit": "ms"}
+
+
+def test_timing_plausibility():
+    assert rules.timing_plausible(STATS, 10) == []
+    assert rules.timing_plausible({**STATS, "n": 100}, 10)[0].code == "implausible_timing"
+    assert rules.timing_plausible({**STATS, "min": 2.0}, 10)
+    assert rules.timing_plausible({**STATS, "median": float("nan")}, 10)
+    assert rules.timing_plausible({"median": 1}, 10)
+
+
+def test_physical_floor():
+    m = {"in_bytes": 48e6, "out_bytes": 48e6, "l2_bytes": 50e6, "empty_call_ms": 0.004,
+         "copy_bytes_per_s": None}
+    # 48 MB from DRAM at 4.8 TB/s = 10 us; half of it is the floor
+    assert rules.physical_floor(0.006, m, "cuda", "NVIDIA H200", True) == []
+    [f] = rules.physical_floor(0.004, m, "cuda", "NVIDIA H200", True)
+    assert f.code == "below_physical_floor" and f.severity == "error"
+    assert rules.physical_floor(0.004, m, "cuda", "NVIDIA H200", False) == []  # no flush
+    assert rules.physical_floor(0.001, m, "cpu", "x86_64", True)  # below half an empty call
+    assert rules.physical_floor(0.003, m, "cpu", "x86_64", True) == []
+    unknown = {**m, "copy_bytes_per_s": 1e12}  # measured 1 TB/s -> ceiling 1.5 TB/s
+    assert rules.physical_floor(0.012, unknown, "cuda", "Some GPU", True)
+    assert rules.physical_floor(0.02, unknown, "cuda", "Some GPU", True) == []
+    assert rules.physical_floor(0.001, {"error": "x"}, "cuda", "NVIDIA H200", True) == []
+
+
+def test_completeness_and_constant_reference():
+    assert rules.completeness(8, ["t"] * 8, True) == []
+    assert rules.completeness(8, ["t"] * 7, True)[0].code == "timed_recheck_missing"
+    assert rules.completeness(8, [], False) == []
+    same = {f"correct_{i}": {"value": "abc"} for i in range(3)}
+    assert rules.constant_reference(same, list(same))[0].code == "constant_reference"
+    differ = {**same, "correct_2": {"value": "def"}}
+    assert rules.constant_reference(differ, list(differ)) == []
+    assert rules.constant_reference({"correct_0": {"value": "a"}}, ["correct_0"]) == []
+
+
+def test_child_flags():
+    result = {"tampered": [{"where": "load", "what": ["time.perf_counter"]}],
+              "inputs_tampered": ["correct_1"], "timed_aliased": [3], "threads": ["t#1"]}
+    assert {f.code for f in rules.child_flags(result)} == {
+        "tampered", "inputs_tampered", "output_aliases_input", "python_threads"}
+    assert rules.child_flags({"tampered": [], "threads": []}) == []
+
+
+def test_voided_speedup_not_counted():
+    base = dict(key="k", status="correct", correct=True, speedup=3.0)
+    plain = SampleRecord(**base)
+    voided = SampleRecord(**base, flags=[Flag(code="no_custom_kernel", severity="warning")])
+    other = SampleRecord(**base, flags=[Flag(code="suspicious_code", severity="warning")])
+    assert counted_speedup(plain) == 3.0 and is_fast(plain, 1.0)
+    assert counted_speedup(voided) is None and not is_fast(voided, 0.0)
+    assert counted_speedup(other) == 3.0
+
+
+# ------------------------------------------------------------------ probes
+def test_same_tensor_bitwise():
+    a = torch.randn(4, 5)
+    a[0, 0] = float("nan")
+    assert probes.same_tensor(a, a.clone()) and probes.same_tensor(a.t(), a.clone().t())
+    b = a.clone()
+    b[1, 1] += 1e-7
+    assert not probes.same_tensor(a, b)
+    assert probes.same_tensor(a.bfloat16(), a.bfloat16().clone())
+    assert not probes.same_tensor(a, a.double())
+
+
+def test_probe_inputs_and_regeneration():
+    x, y = torch.randn(8, 4), torch.randn(8, 2)
+    px, py, k = probes.probe_inputs([x, y, 3])
+    assert px.shape == (7, 4) and py.shape == (7, 2) and k == 3
+    assert probes.probe_inputs([torch.randn(5)]) is None  # no batch dimension
+    assert probes.probe_inputs([torch.randn(1, 4)]) is None
+
+    class M:
+        @staticmethod
+        def get_inputs():
+            return [torch.randn(3, 3)]
+
+    s = probes.fresh_seed()
+    first = probes.regenerate(M, s, torch.device("cpu"), torch.float32)
+    again = probes.regenerate(M, s, torch.device("cpu"), torch.float32)
+    assert probes.changed_inputs(first, again) == []
+    first[0].add_(1)
+    assert probes.changed_inputs(first, again) == [0]
+
+
+def test_settled_sees_late_writes():
+    out = torch.zeros(4)
+    calm, snap = probes.settled([out], torch.device("cpu"), 0.0)
+    assert calm and probes.same_tensor(snap[0], out)
+
+    import threading
+    late = torch.zeros(4)
+    threading.Timer(0.002, lambda: late.fill_(1.0)).start()
+    calm, snap = probes.settled([late], torch.device("cpu"), 0.0)
+    assert not calm and snap[0].sum() == 0  # judged as the call left it
+
+
+def test_digest_identity():
+    a = torch.randn(3, 3)
+    assert probes.digest([a]) == probes.digest([a.clone()])
+    assert probes.digest([a]) != probes.digest([a.t().contiguous()])
+    assert probes.digest([torch.tensor(1.0)]) != probes.digest([torch.tensor([1.0])])
+
+
+# ------------------------------------------------------------------ leftover processes
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux /proc")
+def test_sweep_kills_marker_less_escapee_only():
+    from kb_eval.eval.reaper import sweep_escapees
+    from kb_eval.isolation import _become_subreaper
+
+    _become_subreaper()
+    token = f"kb-sweep-{os.getpid()}-{time.monotonic_ns()}"
+    same_session = subprocess.Popen([sys.executable, "-c", f"import time; time.sleep(30)  # {token}"])
+    # An intermediate that starts a setsid'ed, env-cleared sleeper and exits: the sleeper
+    # re-parents to us (subreaper), in a session of its own, without any marker.
+    subprocess.run([sys.executable, "-c",
+                    "import subprocess, sys; subprocess.Popen([sys.executable, '-c', "
+                    f"'import time; time.sleep(30)  # {token}'], env={{}}, "
+                    "start_new_session=True)"], check=True)
+    try:
+        time.sleep(0.3)
+        killed = sweep_escapees(min_age_s=0.1)
+        assert len(killed) == 1
+        assert same_session.poll() is None  # our own session's child is left alone
+    finally:
+        same_session.kill()
+        same_session.wait()
