@@ -16,7 +16,10 @@ import torch
 PRECISIONS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 # Default tolerances per precision (atol, rtol); the eval config may override them.
-TOLERANCES = {"fp32": (1e-4, 1e-4), "fp16": (1e-2, 1e-2), "bf16": (1e-2, 1e-2)}
+# bf16 keeps 3 fewer mantissa bits than fp16: one rounding step of an output near 2 is
+# already 0.0156, and two correct bf16 implementations (ours vs eager) differ by that on
+# a few elements per million, so 1e-2 there would judge rounding, not correctness.
+TOLERANCES = {"fp32": (1e-4, 1e-4), "fp16": (1e-2, 1e-2), "bf16": (2e-2, 2e-2)}
 
 
 def precision_dtype(precision: str) -> torch.dtype:

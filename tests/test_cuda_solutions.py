@@ -1,6 +1,6 @@
 """Every hand-written CUDA solution (reference_kernels/solutions/cuda: the indexed files and
 their `__variant` files) against its reference problem: 5 trials, each with fresh random
-inputs, at fp32 (atol = rtol = 1e-4, TF32 off in the reference) and bf16 (1e-2), the
+inputs, at fp32 (atol = rtol = 1e-4, TF32 off in the reference) and bf16 (2e-2), the
 evaluator's rule |out - ref| <= atol + rtol |ref|, no NaN/Inf, every element written."""
 
 from __future__ import annotations

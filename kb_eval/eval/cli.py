@@ -69,7 +69,7 @@ def build_parser(defaults) -> argparse.ArgumentParser:
                    help="also check the outputs of K timed calls, picked at random after "
                         f"they return (default: {RECHECK_DEFAULT}; 0 trusts the timed calls)")
     p.add_argument("--atol", type=float, default=None,
-                   help="absolute tolerance (default: 1e-4 for fp32, 1e-2 for fp16/bf16)")
+                   help="absolute tolerance (default: 1e-4 for fp32, 1e-2 for fp16, 2e-2 for bf16)")
     p.add_argument("--rtol", type=float, default=None,
                    help="relative tolerance (default: as --atol)")
     p.add_argument("--jobs", type=int, default=None,

@@ -30,6 +30,15 @@ from kb_eval.timing import TimingSettings, time_callable
 
 SETTLE_S = 0.01  # how long an output must stay unchanged after its call returned
 SETTLE_MAX_S = 0.5
+RECHECK_BUDGET_BYTES = 4 << 30  # outputs of re-checked timed calls kept, per sample
+
+
+def recheck_count(asked: int, n_calls: int, out_bytes: int | None) -> int:
+    """How many timed calls are re-checked: as asked, but no more than the calls made and
+    than 4 GiB of outputs allow (never fewer than one). Child and parent both use it."""
+    fit = RECHECK_BUDGET_BYTES // max(int(out_bytes or 0), 1)
+    return max(0, min(asked, n_calls, max(1, fit)))
+
 
 
 def fresh_seed() -> int:

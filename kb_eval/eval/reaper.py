@@ -29,12 +29,20 @@ def _stat_fields(pid: int) -> list[str] | None:
         return None
 
 
+def _reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass
+
+
 def _uptime_s() -> float:
     return float(Path("/proc/uptime").read_text().split()[0])
 
 
 def sweep_escapees(min_age_s: float = 0.1, rounds: int = 5) -> list[int]:
-    """Kill and reap unknown direct children in foreign sessions; returns their pids."""
+    """Kill and reap unknown live direct children in foreign sessions (returns their
+    pids); reap dead ones silently."""
     if not sys.platform.startswith("linux"):
         return []
     killed: list[int] = []
@@ -45,6 +53,9 @@ def sweep_escapees(min_age_s: float = 0.1, rounds: int = 5) -> list[int]:
             fields = _stat_fields(pid)
             if pid in known or fields is None:
                 continue
+            if fields[0] == "Z":  # already dead (e.g. killed with its group): just reap
+                _reap(pid)
+                continue
             # fields: [0] state, [3] session, [19] start time (clock ticks since boot)
             if int(fields[3]) == my_session or now - int(fields[19]) / hz < min_age_s:
                 continue
@@ -52,9 +63,9 @@ def sweep_escapees(min_age_s: float = 0.1, rounds: int = 5) -> list[int]:
         for pid in found:
             try:
                 os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-            except (ProcessLookupError, ChildProcessError, PermissionError):
+            except (ProcessLookupError, PermissionError):
                 pass
+            _reap(pid)
         killed += found
         if not found:
             break

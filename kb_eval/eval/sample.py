@@ -17,6 +17,7 @@ from kb_eval.eval.context import EvalContext
 from kb_eval.eval.correctness import (OutputsUnreadable, check_labels, compare_outputs,
                                       load_outputs, read_outputs, tolerances)
 from kb_eval.eval.guards import dedupe, judge
+from kb_eval.eval.probes import recheck_count
 from kb_eval.eval.reaper import sweep_escapees
 from kb_eval.eval.references import ReferenceState, ReferenceStore, ReferenceTampered
 from kb_eval.eval.rules import (child_flags, completeness, constant_reference,
@@ -229,9 +230,9 @@ def labels_to_check(cfg, saved: object) -> list[str]:
     return [f"correct_{i}" for i in range(cfg.correct_trials)] + timed[:cfg.recheck_timed]
 
 
-def expected_rechecks(cfg) -> int:
+def expected_rechecks(cfg, metrics: dict | None) -> int:
     n_calls = cfg.timing.trials + (1 if cfg.timing.discard_first else 0)
-    return min(cfg.recheck_timed, n_calls)
+    return recheck_count(cfg.recheck_timed, n_calls, (metrics or {}).get("out_bytes"))
 
 
 def _judge(ctx: EvalContext, task: SampleTask, record: SampleRecord, result: dict,
@@ -246,7 +247,8 @@ def _judge(ctx: EvalContext, task: SampleTask, record: SampleRecord, result: dic
                               ref.seen))
     record.flags.extend(child_flags(result))
     timed = [lb for lb in labels if TIMED_LABEL.fullmatch(lb)]
-    record.flags.extend(completeness(expected_rechecks(cfg), timed, bool(result.get("timing"))))
+    record.flags.extend(completeness(expected_rechecks(cfg, ref.metrics), timed,
+                                     bool(result.get("timing"))))
     record.flags.extend(timing_plausible(result.get("timing"), cfg.timing.trials))
     if result.get("timing") and not any(f.code == "implausible_timing" for f in record.flags):
         record.timing = TimingStats.model_validate(result["timing"])

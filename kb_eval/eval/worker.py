@@ -37,8 +37,8 @@ import torch
 from kb_eval.eval.guards import OutputTypeError, aliased_inputs, observe, output_tensors
 from kb_eval.eval.integrity import Snapshot
 from kb_eval.eval.probes import (changed_inputs, copy_bandwidth, digest, empty_call_ms,
-                                 fresh_seed, probe_inputs, settled, tensor_bytes,
-                                 thread_names)
+                                 fresh_seed, probe_inputs, recheck_count, settled,
+                                 tensor_bytes, thread_names)
 from kb_eval.harness import (INIT_SEED, inputs_for, load_problem, reference_model,
                              time_model)
 from kb_eval.inputs import build_model, copy_tree, make_inputs, precision_dtype
@@ -187,6 +187,7 @@ def _correctness_call(model, module, seed: int, i: int, inputs: list, payload: d
     tensors, seen[label] = observe(out, inputs, pristine)
     calm, snapshot = settled(tensors, device, call_s)
     seen[label]["unsettled"] = not calm
+    seen[label]["bytes"] = tensor_bytes(tensors)
     save_outputs(workdir / f"{label}.pt", snapshot)
 
 
@@ -200,7 +201,8 @@ def _time_candidate(model, module, payload: dict, workdir: Path, device: torch.d
     n_calls = settings.trials + (1 if settings.discard_first else 0)
     # Which timed calls are re-checked is drawn after each call returns (selection
     # sampling), so the candidate cannot know in advance which calls count.
-    wanted = [min(payload.get("recheck_timed", 0), n_calls)]
+    out_bytes = seen.get("correct_0", {}).get("bytes")
+    wanted = [recheck_count(payload.get("recheck_timed", 0), n_calls, out_bytes)]
     left = [n_calls]
     current: dict = {}
 

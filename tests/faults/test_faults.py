@@ -47,7 +47,10 @@ GPU_ORDER = [
     ("honest_last", "honest_torch.py", SCALE_ADD),
 ]
 ARGS = ("--jobs", "1", "--trials", "3", "--warmup", "1", "--correct-trials", "2",
-        "--run-timeout", "25", "--mem-limit-mb", "3000")
+        "--run-timeout", "25")
+# Host memory per child: low enough on CPU for host_oom to hit it quickly; a CUDA child's
+# own footprint (context, libraries) needs more.
+MEM_LIMIT_MB = {"cpp": "3000", "cuda": "16000"}
 
 
 # ------------------------------------------------------------------ helpers
@@ -102,7 +105,8 @@ def evaluate(order, backend, tmp_path_factory, tag) -> dict:
     token = f"kbfault-{uuid.uuid4().hex}"
     entries = [(name, key, CANDIDATES / file) for name, file, key in order]
     proc, records, path = run_eval(entries, backend=backend, results_dir=root / "results",
-                                   cache_dir=root / "cache", args=ARGS,
+                                   cache_dir=root / "cache",
+                                   args=ARGS + ("--mem-limit-mb", MEM_LIMIT_MB[backend]),
                                    env={"KB_FAULT_TOKEN": token})
     leftovers = settled_leftovers(token)
     marked = [p for p in leftovers if p in sandbox_processes(token)]
