@@ -218,6 +218,10 @@ def one_pass(label: str, pairs, config: EvalConfig) -> list:
         print(f"  speedup median {statistics.median(speedups):.2f}x "
               f"(min {min(speedups):.2f}, max {max(speedups):.2f})")
     print(f"  sample wall (submit to record) median {statistics.median(runs):.1f} s", flush=True)
+    phases = sorted({k for r in records for k in r.phases})
+    print("  phases (median / total s): " + ", ".join(
+        f"{k} {statistics.median([r.phases.get(k, 0.0) for r in records]):.2f} / "
+        f"{sum(r.phases.get(k, 0.0) for r in records):.0f}" for k in phases), flush=True)
     bad = [r for r in records if r.status != "correct"][:3]
     for r in bad:
         print(f"  ! {r.key} s{r.sample}: {r.status}: {r.error}\n    {(r.detail or '')[-600:]}")
@@ -238,6 +242,8 @@ def main() -> int:
                    "4096 on GPU, 256 on CPU)")
     p.add_argument("--cols", type=int, default=None, help="columns (default: 4096 / 256)")
     p.add_argument("--workdir", type=Path, default=None, help="keep files here (default: tmp)")
+    p.add_argument("--no-pch", action="store_true", help="compile without the precompiled "
+                   "torch/extension.h (kb_eval/eval/pch.py), to measure what it saves")
     args = p.parse_args()
 
     gpu = args.backend == "cuda"
@@ -256,7 +262,8 @@ def main() -> int:
     config = EvalConfig(backend=args.backend, live_baseline=True, jobs=args.jobs,
                         correct_trials=args.correct_trials,
                         timing=TimingSettings(trials=args.trials),
-                        cache_dir=root / "cache", results_dir=root / "results")
+                        cache_dir=root / "cache", results_dir=root / "results",
+                        pch=not args.no_pch)
     print(f"{args.n} distinct {args.backend} candidates over {len(PROBLEMS)} problems, "
           f"{args.jobs} build jobs, {args.correct_trials} correctness trials, "
           f"{args.trials} timed calls; cache {config.cache_dir}", flush=True)

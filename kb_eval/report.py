@@ -10,7 +10,6 @@ are listed apart (their speedups are not comparable) and never averaged together
 
 from __future__ import annotations
 
-import argparse
 import os
 from pathlib import Path
 from typing import Iterable

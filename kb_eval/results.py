@@ -175,6 +175,9 @@ class SampleRecord(BaseModel):
     speedup: float | None = None  # baseline median / candidate median, correct samples only
     flags: list[Flag] = Field(default_factory=list)
     wall_s: float = 0.0
+    # Seconds per step (build, wait for a device, run, reference, read, judge): where an
+    # evaluation's time goes.
+    phases: dict[str, float] = Field(default_factory=dict)
     finished: str = Field(default_factory=now_iso)
 
 

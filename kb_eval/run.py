@@ -30,7 +30,8 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from kb_eval.cli import Parser, add_precision_flag, add_selection_flags, run_cli
+from kb_eval.cli import (Parser, add_execution_flags, add_precision_flag, add_selection_flags,
+                         execution_config, run_cli)
 from kb_eval.errors import UserError
 
 PROMPTS = ("zero_shot", "one_shot", "few_shot")
@@ -91,14 +92,9 @@ def build_parser(defaults) -> Parser:
                         f"{defaults.cpu_warmup} for cpp on the CPU)")
     p.add_argument("--correct-trials", type=int,
                    help=f"correctness trials, fresh inputs each (default: {defaults.correct_trials})")
-    p.add_argument("--jobs", type=int, default=None,
-                   help="parallel builds (default: the number of CPU cores)")
-    p.add_argument("--gpus", default=None,
-                   help="GPU ids to evaluate on, comma-separated (default: all visible)")
     p.add_argument("--results-dir", type=Path, default=defaults.results_dir,
                    help=f"where runs and baselines live (default: {defaults.results_dir})")
-    p.add_argument("--cache-dir", type=Path, default=defaults.cache_dir,
-                   help=f"build cache and scratch space (default: {defaults.cache_dir})")
+    add_execution_flags(p, defaults)
     p.set_defaults(**{flag: None for flag in RESUMED_FLAGS})
     return p
 
@@ -121,7 +117,7 @@ def fill_flags(args, defaults, stored: dict) -> None:
 
 def check_numbers(args) -> None:
     for flag, low in (("samples", 1), ("turns", 1), ("trials", 1), ("warmup", 0),
-                      ("correct_trials", 1), ("jobs", 1)):
+                      ("correct_trials", 1)):
         value = getattr(args, flag)
         if value is not None and value < low:
             raise UserError(f"--{flag.replace('_', '-')} must be at least {low} (got {value})")
@@ -164,12 +160,7 @@ def eval_config(args, defaults, cuda: bool):
                timing=TimingSettings(warmup=args.warmup, trials=args.trials),
                live_baseline=bool(args.live_baseline),
                # absolute: the build and run children work in other folders
-               results_dir=Path(args.results_dir).resolve(),
-               cache_dir=Path(args.cache_dir).resolve(), build_timeout_s=defaults.build_timeout_s,
-               run_timeout_s=defaults.run_timeout_s, mem_limit_mb=defaults.mem_limit_mb,
-               devices=[g.strip() for g in args.gpus.split(",")] if args.gpus else None)
-    if args.jobs:
-        cfg["jobs"] = args.jobs
+               results_dir=Path(args.results_dir).resolve(), **execution_config(args))
     return EvalConfig(**cfg)
 
 

@@ -145,9 +145,10 @@ def test_failing_producer_abandons_run_quickly(problems, config):
     assert time.monotonic() - t0 < 60
 
 
-def test_vandalised_references_are_caught_and_recomputed(problems, config):
-    """honest -> vandal (zeroes every reference file) -> all-zeros -> honest, one at a time:
-    the vandal is flagged, and the others are judged on true references."""
+def test_vandal_finds_no_reference_to_change(problems, config):
+    """honest -> vandal (zeroes every reference output file it finds) -> all-zeros ->
+    honest, one at a time: reference outputs never touch the disk, so the vandal changes
+    nothing and every sample is judged on true references."""
     q: queue.Queue = queue.Queue()
     got: queue.Queue = queue.Queue()
     order = [(0, kit.CPP / "level1_problem1_sample0.py"), (1, kit.VANDAL / "overwrite_refs.py"),
@@ -165,5 +166,6 @@ def test_vandalised_references_are_caught_and_recomputed(problems, config):
         records[r.sample] = r
         got.put(r.sample)
     assert records[0].status == "correct" and records[3].status == "correct", records[3]
-    assert [f.code for f in records[1].flags] == ["tampered_files"] and not records[1].correct
+    assert records[1].status == "correct", records[1]  # (flagged only as PyTorch-only)
+    assert [f.code for f in records[1].flags] == ["no_custom_kernel"], records[1].flags
     assert records[2].status == "incorrect"

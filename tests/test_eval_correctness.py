@@ -1,9 +1,8 @@
-"""The parent-side comparison, the guards, the build helpers and candidate discovery
+"""The comparison (as the reference child runs it), the guards, the build helpers and candidate discovery
 (in-process, no children)."""
 
 from __future__ import annotations
 
-import io
 import json
 
 import pytest
@@ -12,8 +11,8 @@ import torch
 from kb_eval.errors import UserError
 from kb_eval.eval.build import cache_key, crash_info, needs_build, quick_check, trim_compiler_output
 from kb_eval.eval.candidates import find_candidates
-from kb_eval.eval.correctness import (OutputsUnreadable, check_labels, compare_outputs,
-                                      load_outputs, read_outputs, tolerances)
+from kb_eval.eval.correctness import (OutputsUnreadable, compare_outputs, info_from_diffs,
+                                      judge_file, load_file, tolerances)
 from kb_eval.eval.guards import OutputTypeError, judge, observe, output_tensors
 from kb_eval.isolation import ChildOutcome
 
@@ -64,47 +63,51 @@ def test_output_count_and_integer_outputs():
     assert not compare_outputs([ints + 1], [ints], 1e-4, 1e-4).ok
 
 
-def _bytes(obj) -> bytes:
-    buf = io.BytesIO()
-    torch.save(obj, buf)
-    return buf.getvalue()
+def _save(path, obj):
+    torch.save(obj, path)
+    return path
 
 
-def test_load_outputs_only_plain_tensor_lists():
-    assert torch.equal(load_outputs(_bytes([torch.ones(2)]), "x")[0], torch.ones(2))
+def test_load_file_only_plain_tensor_lists(tmp_path):
+    ok = _save(tmp_path / "a.pt", [torch.ones(2)])
+    assert torch.equal(load_file(ok, 10_000, "x")[0], torch.ones(2))
     with pytest.raises(OutputsUnreadable, match="list of plain tensors"):
-        load_outputs(_bytes({"x": torch.ones(2)}), "x")
+        load_file(_save(tmp_path / "b.pt", {"x": torch.ones(2)}), 10_000, "x")
     with pytest.raises(OutputsUnreadable):
-        load_outputs(_bytes([torch.nn.Parameter(torch.ones(2))]), "x")
+        load_file(_save(tmp_path / "c.pt", [torch.nn.Parameter(torch.ones(2))]), 10_000, "x")
 
     class Evil:
         def __reduce__(self):
             return (print, ("pwned",))
 
     with pytest.raises(OutputsUnreadable, match="unreadable"):
-        load_outputs(_bytes([Evil()]), "x")  # weights_only: no code runs
+        load_file(_save(tmp_path / "d.pt", [Evil()]), 10_000, "x")  # weights_only: no code runs
     with pytest.raises(OutputsUnreadable, match="was not written"):
-        load_outputs(None, "x")
+        load_file(tmp_path / "none.pt", 10_000, "x")
 
 
-def test_read_outputs_refuses_links_and_huge_files(tmp_path):
-    torch.save([torch.ones(2)], tmp_path / "correct_0.pt")
+def test_load_file_refuses_links_and_huge_files(tmp_path):
+    target = _save(tmp_path / "correct_0.pt", [torch.ones(2)])
     (tmp_path / "correct_1.pt").write_bytes(b"x" * 5000)
-    (tmp_path / "correct_2.pt").symlink_to(tmp_path / "correct_0.pt")
-    got = read_outputs(tmp_path, ["correct_0", "correct_1", "correct_2", "correct_3"], 4000)
-    assert isinstance(got["correct_0"], bytes)
-    assert "far more than" in got["correct_1"] and "not a plain file" in got["correct_2"]
-    assert got["correct_3"] is None
+    (tmp_path / "correct_2.pt").symlink_to(target)
+    with pytest.raises(OutputsUnreadable, match="far more than"):
+        load_file(tmp_path / "correct_1.pt", 4000, "correct_1.pt")
+    with pytest.raises(OutputsUnreadable, match="not a plain file"):
+        load_file(tmp_path / "correct_2.pt", 4000, "correct_2.pt")
 
 
-def test_check_labels_counts_and_messages():
-    refs = {f"correct_{i}": _bytes([torch.full((2,), float(i))]) for i in range(3)}
-    cand = {"correct_0": _bytes([torch.full((2,), 0.0)]),
-            "correct_1": _bytes([torch.full((2,), 1.5)])}
-    info = check_labels(["correct_0", "correct_1", "correct_2"], cand, refs, 1e-4, 1e-4)
-    assert (info.trials, info.passed) == (3, 1)
+def test_judge_file_and_info_from_diffs(tmp_path):
+    refs = {f"correct_{i}": [torch.full((2,), float(i))] for i in range(3)}
+    _save(tmp_path / "correct_0.pt", [torch.full((2,), 0.0)])
+    _save(tmp_path / "correct_1.pt", [torch.full((2,), 1.5)])
+    diffs = {lb: judge_file(tmp_path / f"{lb}.pt", r, 1e-4, 1e-4) for lb, r in refs.items()}
+    diffs = json.loads(json.dumps(diffs))  # they cross a process boundary as JSON
+    info = info_from_diffs(["correct_0", "correct_1", "correct_2", "timing_3_ab"], diffs,
+                           1e-4, 1e-4)
+    assert (info.trials, info.passed) == (4, 1)
     assert info.failures[0].startswith("correct_1: 2/2 values beyond")
     assert info.failures[1] == "correct_2: correct_2.pt was not written"
+    assert info.failures[2] == "timing_3_ab: not compared"
     assert info.max_abs_diff == pytest.approx(0.5)
 
 

@@ -51,15 +51,28 @@ def _first_line(cmd: list[str]) -> str:
 
 
 @functools.lru_cache(maxsize=8)
-def toolchain_fingerprint(arch_list: str = "", cxx: str | None = None) -> str:
-    """What, besides the source, decides the bytes of a build."""
+def toolchain_fingerprint(arch_list: str = "", cxx: str | None = None, front: str = "") -> str:
+    """What, besides the source, decides the bytes of a build (and its ninja commands:
+    `front` names the compiler front, see pch.py, that children see as CXX)."""
     import torch
 
     cxx = cxx or os.environ.get("CXX", "c++")
     return json.dumps({"torch": torch.__version__, "cuda": torch.version.cuda,
                        "nvcc": _first_line(["nvcc", "--version"]),
                        "cxx": _first_line([cxx, "--version"]), "arch": arch_list,
-                       "python": sys.version.split()[0]}, sort_keys=True)
+                       "python": sys.version.split()[0], "front": front}, sort_keys=True)
+
+
+@functools.lru_cache(maxsize=4)
+def is_gcc(cxx: str) -> bool:
+    """Precompiled headers found by name next to includes are GCC's feature (clang
+    defines __GNUC__ too, so it is told apart by __clang__)."""
+    try:
+        macros = subprocess.run([cxx, "-dM", "-E", "-x", "c++", os.devnull], capture_output=True,
+                                text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return "__GNUC__" in macros and "__clang__" not in macros
 
 
 def cache_key(source: str, fingerprint: str) -> str:

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from kb_eval.cli import Parser, add_precision_flag, run_cli
+from kb_eval.cli import (Parser, add_execution_flags, add_precision_flag, execution_config,
+                         run_cli)
 from kb_eval.errors import UserError
 from kb_eval.eval.api import RunWriter, evaluate, prepare
 from kb_eval.eval.candidates import find_candidates, match_problems
@@ -72,27 +73,16 @@ def build_parser(defaults) -> argparse.ArgumentParser:
                    help="absolute tolerance (default: 1e-4 for fp32, 1e-2 for fp16, 2e-2 for bf16)")
     p.add_argument("--rtol", type=float, default=None,
                    help="relative tolerance (default: as --atol)")
-    p.add_argument("--jobs", type=int, default=None,
-                   help="parallel builds (default: the number of CPU cores)")
-    p.add_argument("--gpus", default=None,
-                   help="GPU ids to evaluate on, comma-separated (default: all visible)")
-    p.add_argument("--build-timeout", type=float, default=defaults.build_timeout_s,
-                   help=f"seconds per build (default: {defaults.build_timeout_s:g})")
-    p.add_argument("--run-timeout", type=float, default=defaults.run_timeout_s,
-                   help=f"seconds per candidate run (default: {defaults.run_timeout_s:g})")
-    p.add_argument("--mem-limit-mb", type=int, default=defaults.mem_limit_mb,
-                   help=f"host memory per child (default: {defaults.mem_limit_mb})")
     p.add_argument("--results-dir", type=Path, default=defaults.results_dir,
                    help=f"where results and baselines live (default: {defaults.results_dir})")
-    p.add_argument("--cache-dir", type=Path, default=defaults.cache_dir,
-                   help=f"build cache and scratch (default: {defaults.cache_dir})")
     p.add_argument("--keep-workdirs", action="store_true",
                    help="keep each sample's scratch folder (outputs, logs) for debugging")
+    add_execution_flags(p, defaults)
     return p
 
 
 def make_config(args, defaults, cuda: bool) -> EvalConfig:
-    for flag in ("trials", "correct_trials", "jobs"):
+    for flag in ("trials", "correct_trials"):
         v = getattr(args, flag)
         if v is not None and v < 1:
             raise UserError(f"--{flag.replace('_', '-')} must be at least 1 (got {v})")
@@ -104,12 +94,7 @@ def make_config(args, defaults, cuda: bool) -> EvalConfig:
                timing=TimingSettings(warmup=warmup, trials=trials),
                recheck_timed=args.recheck_timed, atol=args.atol, rtol=args.rtol,
                live_baseline=args.live_baseline, results_dir=args.results_dir,
-               cache_dir=args.cache_dir, build_timeout_s=args.build_timeout,
-               run_timeout_s=args.run_timeout, mem_limit_mb=args.mem_limit_mb,
-               keep_workdirs=args.keep_workdirs,
-               devices=[g.strip() for g in args.gpus.split(",")] if args.gpus else None)
-    if args.jobs:
-        cfg["jobs"] = args.jobs
+               keep_workdirs=args.keep_workdirs, **execution_config(args))
     return EvalConfig(**cfg)
 
 

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kb_eval.errors import UserError
-from kb_eval.eval.build import toolchain_fingerprint
+from kb_eval.eval import pch
+from kb_eval.eval.build import is_gcc, toolchain_fingerprint
 from kb_eval.eval.config import EvalConfig
 from kb_eval.inputs import derive_seed
 from kb_eval.problems import Problem
@@ -35,6 +36,7 @@ class EvalContext:
     arch_list: str
     fingerprint: str
     invocation_dir: Path
+    compiler_env: dict[str, str] = field(default_factory=dict)  # CXX: the pch front
     baseline: BaselineFile | None = None
     baseline_file: Path | None = None
     secret: int = field(default_factory=lambda: secrets.randbits(63), repr=False)
@@ -53,9 +55,12 @@ class EvalContext:
         devices = visible_gpus(config.devices) if kind == "cuda" else ["cpu"]
         arch = os.environ.get("TORCH_CUDA_ARCH_LIST") or (hardware.capability or "")
         stamp = time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}-{secrets.token_hex(3)}"
+        compiler_env = compiler_front(config)
         ctx = cls(config=config, hardware=hardware, backend=backend, device_kind=kind,
-                  devices=devices, arch_list=arch, fingerprint=toolchain_fingerprint(arch),
-                  invocation_dir=scratch_root(config) / "runs" / stamp)
+                  devices=devices, arch_list=arch,
+                  fingerprint=toolchain_fingerprint(arch, front=compiler_env.get("CXX", "")),
+                  invocation_dir=scratch_root(config) / "runs" / stamp,
+                  compiler_env=compiler_env)
         if not config.live_baseline:
             ctx.baseline_file, ctx.baseline = load_baseline(config, hardware)
         return ctx
@@ -70,7 +75,9 @@ class EvalContext:
 
     # ---------------------------------------------------------------- environments
     def _common_env(self) -> dict[str, str]:
-        env = {"MAX_JOBS": str(self.config.max_jobs_per_build)}
+        # Build and run children both see the same CXX: load_inline re-runs ninja in the
+        # run child, and a changed compile command would make it compile again there.
+        env = {"MAX_JOBS": str(self.config.max_jobs_per_build), **self.compiler_env}
         if self.arch_list:
             env["TORCH_CUDA_ARCH_LIST"] = self.arch_list
         return {**env, **self.config.extra_env}
@@ -102,6 +109,14 @@ class EvalContext:
             shown = ", ".join(missing[:5]) + more
             raise UserError(f"{self.baseline_file} has no timing for {shown}: rerun "
                             f"`python -m kb_eval.baseline` for them, or pass --live-baseline")
+
+
+def compiler_front(config: EvalConfig) -> dict[str, str]:
+    """The environment that makes build children compile through pch.py (GCC only)."""
+    real = os.environ.get("CXX", "c++")
+    if not config.pch or not is_gcc(real):
+        return {}
+    return pch.install(Path(config.cache_dir) / "pch", real)
 
 
 def visible_gpus(requested: list[str] | None) -> list[str]:

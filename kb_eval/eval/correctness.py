@@ -1,17 +1,18 @@
-"""Correctness, judged in the parent, where no candidate code ever ran.
+"""Correctness, judged in the reference child, where no candidate code ever ran.
 
-The candidate child and the reference child each saved `<label>.pt` (a list of CPU
-tensors); the device lane read their bytes (the reference's checked against its child's
-sha256). Both are loaded with `weights_only=True` (no pickled code) and must be lists of
-exact `torch.Tensor`. A trial passes when every output has the reference's shape and dtype,
+The candidate child saved `<label>.pt` (a list of CPU tensors) per checked call; the
+reference child computes the same call, loads the candidate's file with
+`weights_only=True` (no pickled code; memory-mapped, so a large file costs no copy) and
+compares on the device. The file must hold a list of exact `torch.Tensor`, and be no
+larger than a few times the reference's outputs. A trial passes when every output has the reference's shape and dtype,
 NaN and ±Inf sit where the reference's do, and the finite values satisfy
 |out - ref| <= atol + rtol * |ref|. Differences are computed in chunks (large outputs do
-not triple the parent's memory) and in float64.
+not triple the memory) and in float64. The parent gets one summary per label
+(`Diff.as_dict`) and adds them up (`info_from_diffs`).
 """
 
 from __future__ import annotations
 
-import io
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,14 +34,19 @@ def tolerances(precision: str, atol: float | None = None,
     return (d_atol if atol is None else atol), (d_rtol if rtol is None else rtol)
 
 
-def load_outputs(data: bytes | str | None, name: str) -> list[torch.Tensor]:
-    """Outputs from a saved file's bytes (a str: why there are none; None: not written)."""
-    if data is None:
-        raise OutputsUnreadable(f"{name} was not written")
-    if isinstance(data, str):
-        raise OutputsUnreadable(f"{name} {data}")
+def load_file(path: Path, max_bytes: int, name: str) -> list[torch.Tensor]:
+    """A candidate's saved outputs: a plain file of at most `max_bytes` (a child must not
+    make us read any size) holding a list of exact tensors."""
     try:
-        obj = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+        if path.is_symlink() or not path.is_file():
+            raise OutputsUnreadable(f"{name} is not a plain file" if path.exists()
+                                    or path.is_symlink() else f"{name} was not written")
+        if (size := path.stat().st_size) > max_bytes:
+            raise OutputsUnreadable(f"{name} is {size} bytes, far more than the reference's "
+                                    f"outputs")
+        obj = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except OutputsUnreadable:
+        raise
     except Exception as e:  # noqa: BLE001 - anything unreadable is the writer's fault
         raise OutputsUnreadable(f"{name} is unreadable: {type(e).__name__}: "
                                 f"{str(e).splitlines()[0][:200] if str(e) else ''}") from None
@@ -49,22 +55,14 @@ def load_outputs(data: bytes | str | None, name: str) -> list[torch.Tensor]:
     return obj
 
 
-def read_outputs(folder: Path, labels: list[str], max_bytes: int) -> dict[str, bytes | str | None]:
-    """A candidate's output files as bytes; None when missing, a reason when refused (a
-    link, or larger than max_bytes: a child must not make the parent read any size)."""
-    out: dict[str, bytes | str | None] = {}
-    for label in labels:
-        path = Path(folder) / f"{label}.pt"
-        try:
-            if path.is_symlink() or not path.is_file():
-                out[label] = "is not a plain file" if path.exists() or path.is_symlink() else None
-            elif (size := path.stat().st_size) > max_bytes:
-                out[label] = f"is {size} bytes, far more than the reference's outputs"
-            else:
-                out[label] = path.read_bytes()
-        except OSError as e:
-            out[label] = f"is unreadable ({e.strerror})"
-    return out
+def judge_file(path: Path, refs: list[torch.Tensor], atol: float, rtol: float) -> dict:
+    """Compare the candidate's file for one call with the reference's outputs of it."""
+    ref_bytes = sum(t.numel() * t.element_size() for t in refs)
+    try:
+        outs = load_file(path, 4 * ref_bytes + (1 << 20), path.name)
+        return compare_outputs(outs, refs, atol, rtol).as_dict()
+    except OutputsUnreadable as e:
+        return Diff(False, str(e)).as_dict()
 
 
 @dataclass
@@ -75,6 +73,9 @@ class Diff:
     sum_abs: float = 0.0
     count: int = 0
     max_rel: float = 0.0
+
+    def as_dict(self) -> dict:
+        return dict(vars(self))
 
 
 def compare_tensor(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float) -> Diff:
@@ -88,7 +89,7 @@ def compare_tensor(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: floa
     d = Diff(True)
     bad = nan_bad = inf_bad = 0
     for s in range(0, o.numel(), CHUNK):
-        oc, rc = o[s:s + CHUNK].double(), r[s:s + CHUNK].double()
+        oc, rc = o[s:s + CHUNK].to(r.device).double(), r[s:s + CHUNK].double()
         on, rn = oc.isnan(), rc.isnan()
         nan_bad += int((on != rn).sum())
         oi, ri = oc.isinf(), rc.isinf()
@@ -130,27 +131,22 @@ def compare_outputs(outs: list[torch.Tensor], refs: list[torch.Tensor], atol: fl
     return total
 
 
-def check_labels(labels: list[str], candidate: dict[str, bytes | str | None],
-                 reference: dict[str, bytes], atol: float, rtol: float) -> CorrectnessInfo:
-    """Compare every label's outputs (given as file bytes); the first few failures are
-    kept as messages."""
+def info_from_diffs(labels: list[str], diffs: dict[str, dict], atol: float,
+                    rtol: float) -> CorrectnessInfo:
+    """Add up the reference child's per-label comparisons (a label it has none for fails);
+    the first few failures are kept as messages."""
     info = CorrectnessInfo(atol=atol, rtol=rtol)
     max_abs = max_rel = sum_abs = 0.0
     count = 0
     for label in labels:
         info.trials += 1
-        refs = load_outputs(reference[label], f"reference {label}.pt")
-        try:
-            d = compare_outputs(load_outputs(candidate.get(label), f"{label}.pt"), refs,
-                                atol, rtol)
-        except OutputsUnreadable as e:
-            d = Diff(False, str(e))
-        max_abs, max_rel = max(max_abs, d.max_abs), max(max_rel, d.max_rel)
-        sum_abs, count = sum_abs + d.sum_abs, count + d.count
-        if d.ok:
+        d = diffs.get(label) or {"ok": False, "error": "not compared"}
+        max_abs, max_rel = max(max_abs, d.get("max_abs", 0.0)), max(max_rel, d.get("max_rel", 0.0))
+        sum_abs, count = sum_abs + d.get("sum_abs", 0.0), count + d.get("count", 0)
+        if d.get("ok"):
             info.passed += 1
         elif len(info.failures) < 5:
-            info.failures.append(f"{label}: {d.error}")
+            info.failures.append(f"{label}: {d.get('error')}")
     if count:
         info.max_abs_diff, info.mean_abs_diff, info.max_rel_diff = max_abs, sum_abs / count, max_rel
     return info

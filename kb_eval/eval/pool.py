@@ -4,16 +4,13 @@
                    │ built (or cached)           │ compile error / build crash
                    ▼                             ▼
              ready queue ──► one thread per device (GPU id or "cpu"): candidate child,
-                             then the reference child when its outputs are missing
+                             then the reference child, which compares on the device
                                        │
                                        ▼
-                             judge pool (CPU threads): compare outputs ──► done queue
-                                                                              │
-    results() ◄───────────────────────────────────────────────────────────────┘
+    results() ◄─────────────────── done queue
 
 Devices never wait on a compiler: a sample reaches the ready queue only once built, and
-builds of later samples go on while devices evaluate; nor on a comparison: outputs are
-compared on the judge pool while the device runs the next sample. Every child is fresh,
+builds of later samples go on while devices evaluate. Every child is fresh,
 so a child that hit a CUDA error is never reused. A bug of ours in one sample becomes
 that sample's `eval_error` record; the run goes on.
 """
@@ -25,6 +22,7 @@ import queue
 import shutil
 import sys
 import threading
+import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterator
@@ -58,9 +56,6 @@ class EvalPool:
         self._pending = 0
         self._lock = threading.Lock()
         self._closed = self._abandoned = False
-        # Comparing outputs is CPU work: done here, so devices move on to the next sample.
-        self.judges = ThreadPoolExecutor(max(2, 2 * len(ctx.devices)),
-                                         thread_name_prefix=self.prefix + "judge")
         self.devices = [threading.Thread(target=self._device_loop, args=(d,), daemon=True,
                                          name=f"{self.prefix}device-{d}") for d in ctx.devices]
         for t in self.devices:
@@ -83,7 +78,9 @@ class EvalPool:
 
     def _build(self, task: SampleTask) -> None:
         try:
+            task.mark = time.monotonic()  # not the time queued for a build worker
             task.build = self.builder.build(task.source, task.workdir / "build")
+            task.lap("build")
             if task.build.usable:
                 self.ready.put(task)
             else:
@@ -95,22 +92,12 @@ class EvalPool:
     def _device_loop(self, device: str) -> None:
         while (task := self.ready.get()) is not _STOP:
             try:
-                outcome = evaluate_sample(self.ctx, self.refs, task, device)
-            except Exception:  # noqa: BLE001
-                outcome = self._internal_error(task)
-            if callable(outcome):
-                self.judges.submit(self._judge, task, outcome)
-            else:
-                self._finish(task, outcome)
+                record = evaluate_sample(self.ctx, self.refs, task, device)
+            except Exception:  # noqa: BLE001 - our bug: record it, keep going
+                record = self._internal_error(task)
+            self._finish(task, record)
             if self._abandoned:
                 kill_running(self.prefix)
-
-    def _judge(self, task: SampleTask, compare) -> None:
-        try:
-            record = compare()
-        except Exception:  # noqa: BLE001
-            record = self._internal_error(task)
-        self._finish(task, record)
 
     def _internal_error(self, task: SampleTask) -> SampleRecord:
         text = traceback.format_exc()
@@ -166,7 +153,6 @@ class EvalPool:
             self.ready.put(_STOP)
         for t in self.devices:
             t.join()
-        self.judges.shutdown(wait=True, cancel_futures=abandon)
         sweep_escapees(min_age_s=0.0)  # nothing of ours is starting now
         if not self.ctx.config.keep_workdirs:
             shutil.rmtree(self.ctx.invocation_dir, ignore_errors=True)

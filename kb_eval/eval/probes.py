@@ -16,7 +16,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import threading
 import time
@@ -55,11 +54,38 @@ def same_tensor(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.device == b.device and _same(a, b)
 
 
+def same_outputs(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
+    return len(a) == len(b) and all(same_tensor(x, y) for x, y in zip(a, b))
+
+
 def changed_inputs(inputs: list, pristine: list) -> list[int]:
     """Indices of tensor inputs that differ from their pristine values."""
     return [i for i, (x, p) in enumerate(zip(inputs, pristine))
             if isinstance(x, torch.Tensor) and isinstance(p, torch.Tensor)
             and not same_tensor(x, p)]
+
+
+def into_buffers(buffers: list | None, inputs: list) -> list:
+    """`inputs`' values in `buffers` (the previous call's inputs), when every tensor
+    matches in shape, dtype and device; else `inputs` themselves. Each call then reads new
+    values at the same addresses: an answer cached by pointer is stale, not just missed."""
+    if buffers is None or len(buffers) != len(inputs) or not all(
+            _fits(b, x) for b, x in zip(buffers, inputs)):
+        return inputs
+    for b, x in zip(buffers, inputs):
+        if isinstance(x, torch.Tensor):
+            b.copy_(x)
+    return buffers
+
+
+def _fits(b: Any, x: Any) -> bool:
+    if isinstance(x, torch.Tensor):
+        return (type(b) is torch.Tensor and b.shape == x.shape and b.dtype == x.dtype
+                and b.device == x.device and b.stride() == x.stride())
+    try:  # plain values (ints, floats, strings) must be equal; nested tensors never fit
+        return type(b) is type(x) and not isinstance(x, (list, tuple, dict)) and bool(b == x)
+    except Exception:  # noqa: BLE001 - a value that cannot say it is equal does not fit
+        return False
 
 
 def sync(device: torch.device) -> None:
@@ -90,18 +116,6 @@ def probe_inputs(inputs: list) -> list | None:
 
 def thread_names() -> set[str]:
     return {f"{t.name}#{t.ident}" for t in threading.enumerate()}
-
-
-def digest(tensors: list[torch.Tensor]) -> str:
-    """Exact identity of saved outputs (shape, dtype and bytes)."""
-    h = hashlib.sha256()
-    for t in tensors:
-        c = t.detach().to("cpu").contiguous()
-        h.update(f"{tuple(c.shape)}{c.dtype}".encode())
-        if c.is_complex():
-            c = torch.view_as_real(c)
-        h.update(c.reshape(-1).view(torch.uint8).numpy().tobytes() if c.numel() else b"")
-    return h.hexdigest()
 
 
 def tensor_bytes(xs: Any) -> int:

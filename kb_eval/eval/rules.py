@@ -116,8 +116,10 @@ def physical_floor(median_ms: float | None, metrics: dict | None, device_kind: s
 
 
 def constant_reference(reference_seen: dict, correct_labels: list[str]) -> list[Flag]:
-    values = {reference_seen.get(lb, {}).get("value") for lb in correct_labels}
-    if len(correct_labels) >= 2 and len(values) == 1 and None not in values:
+    """The reference child marks each correctness trial whose outputs are bit-for-bit the
+    first trial's (`same_as_first`): all of them so marked is an input-independent answer."""
+    if len(correct_labels) >= 2 and all(reference_seen.get(lb, {}).get("same_as_first")
+                                        for lb in correct_labels[1:]):
         return [Flag(code="constant_reference", severity="warning",
                      message=f"the reference's output is the same for all "
                              f"{len(correct_labels)} correctness trials: a constant answer "

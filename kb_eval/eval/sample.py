@@ -1,6 +1,6 @@
-"""One sample from built to judged: run the candidate child on a device, make sure the
-reference outputs it needs exist, compare in this process, apply the guards, and fill in
-its SampleRecord."""
+"""One sample from built to judged: run the candidate child on a device, then the
+reference child, which compares the candidate's saved outputs with its own on the device;
+apply the guards and rules here, and fill in its SampleRecord."""
 
 from __future__ import annotations
 
@@ -10,16 +10,14 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from kb_eval.eval.build import BuildOutcome, crash_info, source_sha256, status_of
 from kb_eval.eval.context import EvalContext
-from kb_eval.eval.correctness import (OutputsUnreadable, check_labels, compare_outputs,
-                                      load_outputs, read_outputs, tolerances)
+from kb_eval.eval.correctness import info_from_diffs, tolerances
 from kb_eval.eval.guards import dedupe, judge
 from kb_eval.eval.probes import recheck_count
 from kb_eval.eval.reaper import sweep_escapees
-from kb_eval.eval.references import ReferenceState, ReferenceStore, ReferenceTampered
+from kb_eval.eval.references import ReferenceRun, ReferenceStore
 from kb_eval.eval.rules import (child_flags, completeness, constant_reference,
                                 physical_floor, shape_probe, timing_plausible)
 from kb_eval.eval.score import VOIDS_SPEEDUP
@@ -43,6 +41,14 @@ class SampleTask:
     workdir: Path
     started: float = field(default_factory=time.monotonic)
     build: BuildOutcome | None = None
+    phases: dict[str, float] = field(default_factory=dict)
+    mark: float = field(default_factory=time.monotonic)
+
+    def lap(self, phase: str) -> None:
+        """Charge the time since the last lap to `phase`."""
+        now = time.monotonic()
+        self.phases[phase] = round(self.phases.get(phase, 0.0) + now - self.mark, 3)
+        self.mark = now
 
 
 def new_record(ctx: EvalContext, task: SampleTask) -> SampleRecord:
@@ -55,6 +61,7 @@ def new_record(ctx: EvalContext, task: SampleTask) -> SampleRecord:
 
 def finish(record: SampleRecord, task: SampleTask) -> SampleRecord:
     record.wall_s = round(time.monotonic() - task.started, 3)
+    record.phases = dict(task.phases)
     return record
 
 
@@ -87,11 +94,11 @@ def _crashed(record: SampleRecord, out: ChildOutcome, phase: str) -> None:
 
 
 def evaluate_sample(ctx: EvalContext, refs: ReferenceStore, task: SampleTask,
-                    device: str) -> SampleRecord | Callable[[], SampleRecord]:
-    """The device's part: run the candidate child, then make sure the reference outputs
-    exist. Returns the finished record, or (when there are outputs to compare) a function
-    that compares them and finishes it: CPU work the device need not wait for."""
+                    device: str) -> SampleRecord:
+    """On one device: the candidate child, then the reference child that compares its
+    outputs; then the rules. Returns the finished record."""
     cfg = ctx.config
+    task.lap("wait")
     record = new_record(ctx, task)
     record.build = task.build.info
     run_dir = task.workdir / "run"
@@ -106,7 +113,7 @@ def evaluate_sample(ctx: EvalContext, refs: ReferenceStore, task: SampleTask,
                        env=ctx.device_env(device), prewarm=True,
                        warm_cuda=device != "cpu")
     alone = _WINDOWS.end(window)
-    _check_vandalism(refs, record, alone)
+    task.lap("run")
     if sweep_escapees() and alone:
         record.flags.append(Flag(code="left_processes", severity="warning",
                                  message="processes that shed the sandbox marker outlived "
@@ -122,24 +129,32 @@ def evaluate_sample(ctx: EvalContext, refs: ReferenceStore, task: SampleTask,
             return finish(record, task)
         result["probe_error"] = f"the call {out.describe()}"  # only the probe was lost
     record.compiled = result.get("status") != "compile_error"
+    task.phases.update(_child_steps(result.get("steps")))
     if result.get("status") != "ok":
         return finish(_child_failure(record, result), task)
     labels = labels_to_check(cfg, result.get("saved"))
     probe = [PROBE_LABEL] if result.get("probe") == PROBE_LABEL else []
-    ref, ref_bytes = _reference_bytes(refs, task.problem, labels, device, probe)
+    ref = refs.compare(task.problem, labels + probe, run_dir, device)
+    task.lap("reference")
     if ref.error:
-        record.status, record.error, record.detail = "reference_error", ref.error, ref.detail
-        record.crash = ref.crash
+        record.status, record.error, record.detail = "reference_error", ref.error, ref.state.detail
+        record.crash = ref.state.crash
         return finish(record, task)
     # A timed call the reference could not redo (a seed it refused) is not re-checked:
     # it then counts as missing (timed_recheck_missing).
-    labels = [lb for lb in labels if lb in ref_bytes]
-    # Read now, while no candidate runs on this device: nothing can change them later.
-    cap = 4 * max(len(b) for b in ref_bytes.values()) + (1 << 20)
-    cand_bytes = read_outputs(run_dir, labels + probe, cap)
-    refs.forget(task.problem, [lb for lb in labels if TIMED_LABEL.fullmatch(lb)])
-    return lambda: finish(_judge(ctx, task, record, result, labels, ref, cand_bytes,
-                                 ref_bytes), task)
+    labels = [lb for lb in labels if lb in ref.diffs]
+    _judge(ctx, task, record, result, labels, ref)
+    task.lap("judge")
+    return finish(record, task)
+
+
+def _child_steps(steps: object) -> dict[str, float]:
+    """The candidate child's own account of its steps (diagnostics only: never trusted
+    for anything that is scored)."""
+    if not isinstance(steps, dict):
+        return {}
+    return {f"child_{k}": round(float(v), 3) for k, v in list(steps.items())[:8]
+            if isinstance(k, str) and k.isidentifier() and isinstance(v, (int, float))}
 
 
 def _before_probe(run_dir: Path) -> dict | None:
@@ -153,7 +168,7 @@ def _before_probe(run_dir: Path) -> dict | None:
 
 class _Windows:
     """Whether a candidate child ran alone (no other candidate child overlapping it), so
-    a change to the reference files can be pinned on it."""
+    processes found outliving it can be pinned on it."""
 
     def __init__(self):
         self.lock = threading.Lock()
@@ -172,36 +187,6 @@ class _Windows:
 
 
 _WINDOWS = _Windows()
-
-
-def _check_vandalism(refs: ReferenceStore, record: SampleRecord, alone: bool) -> None:
-    """Reference files changed while this candidate ran: flag it, recompute them."""
-    moved = refs.changed()
-    for key in moved:
-        refs.invalidate(key)
-    if moved:
-        record.flags.append(Flag(
-            code="tampered_files", severity="error" if alone else "warning",
-            message=f"reference outputs of {', '.join(moved[:3])} changed on disk while "
-                    f"this candidate ran" + ("" if alone else " (with other candidates)")))
-
-
-def _reference_bytes(refs: ReferenceStore, problem: Problem, labels: list[str],
-                     device: str, extra: list[str] = ()) -> tuple[ReferenceState, dict[str, bytes]]:
-    """The reference's outputs, verified; recomputed once if they were tampered with.
-    `extra` labels (the shape probe) are read only where the reference produced them."""
-    for attempt in (1, 2):
-        ref = refs.ensure(problem, labels + list(extra), device)
-        if ref.error:
-            return ref, {}
-        readable = [lb for lb in labels + list(extra) if lb in ref.digests]
-        try:
-            return ref, refs.read(problem, readable)
-        except ReferenceTampered:
-            if attempt == 2:
-                raise
-            refs.invalidate(problem.key)
-    raise AssertionError("unreachable")
 
 
 def _child_failure(record: SampleRecord, result: dict) -> SampleRecord:
@@ -236,23 +221,22 @@ def expected_rechecks(cfg, metrics: dict | None) -> int:
 
 
 def _judge(ctx: EvalContext, task: SampleTask, record: SampleRecord, result: dict,
-           labels: list[str], ref: ReferenceState, cand_bytes: dict,
-           ref_bytes: dict[str, bytes]) -> SampleRecord:
-    """Compare in this process, apply the guards and rules, derive the speedup."""
+           labels: list[str], ref: ReferenceRun) -> SampleRecord:
+    """Add up the comparisons, apply the guards and rules, derive the speedup."""
     cfg = ctx.config
     atol, rtol = tolerances(cfg.precision, cfg.atol, cfg.rtol)
-    record.correctness = check_labels(labels, cand_bytes, ref_bytes, atol, rtol)
+    record.correctness = info_from_diffs(labels, ref.diffs, atol, rtol)
     seen = result.get("seen") if isinstance(result.get("seen"), dict) else {}
     record.flags.extend(judge({lb: seen[lb] for lb in labels if isinstance(seen.get(lb), dict)},
                               ref.seen))
     record.flags.extend(child_flags(result))
     timed = [lb for lb in labels if TIMED_LABEL.fullmatch(lb)]
-    record.flags.extend(completeness(expected_rechecks(cfg, ref.metrics), timed,
+    record.flags.extend(completeness(expected_rechecks(cfg, ref.state.metrics), timed,
                                      bool(result.get("timing"))))
     record.flags.extend(timing_plausible(result.get("timing"), cfg.timing.trials))
     if result.get("timing") and not any(f.code == "implausible_timing" for f in record.flags):
         record.timing = TimingStats.model_validate(result["timing"])
-        record.flags.extend(physical_floor(record.timing.median, ref.metrics, ctx.device_kind,
+        record.flags.extend(physical_floor(record.timing.median, ref.state.metrics, ctx.device_kind,
                                            ctx.hardware.name, cfg.timing.flush_l2))
     passed = record.correctness.passed == record.correctness.trials > 0
     record.correct = passed and not any(f.severity == "error" for f in record.flags)
@@ -260,13 +244,13 @@ def _judge(ctx: EvalContext, task: SampleTask, record: SampleRecord, result: dic
     if record.correct:  # findings that matter only for a sample that counts
         record.flags.extend(static_flags(task.source))
         record.flags.extend(constant_reference(ref.seen, labels[:cfg.correct_trials]))
-        record.flags.extend(_probe_flags(result, cand_bytes, ref_bytes, atol, rtol))
+        record.flags.extend(_probe_flags(result, ref.diffs))
     else:
         reasons = record.correctness.failures[:1] + [f.message for f in record.flags
                                                       if f.severity == "error"][:1]
         record.error = "; ".join(reasons) or "outputs differ from the reference"
     if cfg.live_baseline:
-        record.baseline, record.baseline_source = ref.timing, "live"
+        record.baseline, record.baseline_source = ref.state.timing, "live"
     else:
         record.baseline, record.baseline_source = ctx.baseline_for(task.problem), "file"
         if record.baseline is None:
@@ -280,16 +264,11 @@ def _judge(ctx: EvalContext, task: SampleTask, record: SampleRecord, result: dic
     return record
 
 
-def _probe_flags(result: dict, cand_bytes: dict, ref_bytes: dict, atol: float,
-                 rtol: float) -> list[Flag]:
+def _probe_flags(result: dict, diffs: dict[str, dict]) -> list[Flag]:
     """The answer on a batch one smaller: wrong without an error means the candidate holds
     only for the problem's own sizes (refusing other sizes with an error is fine)."""
-    if PROBE_LABEL not in ref_bytes or result.get("probe") != PROBE_LABEL:
+    d = diffs.get(PROBE_LABEL)
+    if d is None or result.get("probe") != PROBE_LABEL:
         return []
-    try:
-        d = compare_outputs(load_outputs(cand_bytes.get(PROBE_LABEL), PROBE_LABEL),
-                            load_outputs(ref_bytes[PROBE_LABEL], PROBE_LABEL), atol, rtol)
-        error = None if d.ok else d.error
-    except OutputsUnreadable as e:
-        error = str(e)
-    return shape_probe(error, "a batch one smaller than the problem's")
+    return shape_probe(None if d.get("ok") else d.get("error"),
+                       "a batch one smaller than the problem's")

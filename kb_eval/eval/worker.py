@@ -11,20 +11,21 @@
   after they return) are checked in full and saved with their seeds for re-checking  ->
   one call on a batch one smaller (shape probe). Tripwires are checked after every step
   and every call; Python threads the candidate left are listed.
-`run_reference`: `Model` on the labels asked (correctness trials, the shape probe, timed
-calls by seed), saving outputs and their digests; on its first run for a problem it also
-measures what the physical floor needs; it times the reference when the baseline is live.
+`run_reference` (after the candidate child has ended; no candidate code ever runs there):
+`Model` on the labels asked (correctness trials, the shape probe, timed calls by seed),
+each output compared on the device with the candidate's saved output for that label; on
+its first run for a problem it also measures what the physical floor needs; it times the
+reference when the baseline is live.
 
-Outputs are saved as `<label>.pt` (a list of CPU tensors); the parent loads them with
-`weights_only=True` and compares. Seeds come in derived (never the run's secret). A
-`phase` file tells the parent where a child that died was; before the shape probe (the
+The candidate's outputs are saved as `<label>.pt` (a list of CPU tensors); the reference
+child loads them with `weights_only=True` (no pickled code) and compares. Seeds come in
+derived (never the run's secret). A `phase` file tells the parent where a child that died was; before the shape probe (the
 one step that may legitimately crash a kernel written for fixed sizes) the result so far
 is written to `before_probe.json`.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import secrets
@@ -33,12 +34,16 @@ import traceback
 from pathlib import Path
 
 import torch
+# Imported while the process waits as a spare, so a candidate's load_inline costs only
+# the load itself when the candidate arrives.
+import torch.utils.cpp_extension  # noqa: F401
 
+from kb_eval.eval.correctness import judge_file
 from kb_eval.eval.guards import OutputTypeError, aliased_inputs, observe, output_tensors
 from kb_eval.eval.integrity import Snapshot
-from kb_eval.eval.probes import (changed_inputs, copy_bandwidth, digest, empty_call_ms,
-                                 fresh_seed, probe_inputs, recheck_count, settled,
-                                 tensor_bytes, thread_names)
+from kb_eval.eval.probes import (changed_inputs, copy_bandwidth, empty_call_ms, fresh_seed,
+                                 into_buffers, probe_inputs, recheck_count, same_outputs,
+                                 settled, tensor_bytes, thread_names)
 from kb_eval.harness import (INIT_SEED, inputs_for, load_problem, reference_model,
                              time_model)
 from kb_eval.inputs import build_model, copy_tree, make_inputs, precision_dtype
@@ -86,6 +91,20 @@ def use_build_dirs(payload: dict) -> None:
         os.environ["TRITON_CACHE_DIR"] = str(Path(ext) / "triton")
 
 
+class Steps:
+    """Seconds per step of a child (diagnostics on the record: where a sample's time goes)."""
+
+    def __init__(self):
+        self.laps: dict[str, float] = {}
+        self.mark = time.monotonic()
+
+    def lap(self, step: str) -> float:
+        now = time.monotonic()
+        self.laps[step] = round(now - self.mark, 3)
+        self.mark = now
+        return self.laps[step]
+
+
 class Watch:
     """The tripwires and what they caught (reported to the parent, which flags it)."""
 
@@ -112,6 +131,7 @@ def run_candidate(payload: dict, workdir: Path) -> dict:
     workdir = Path(workdir)
     device, precision = torch.device(payload["device"]), payload["precision"]
     seed, n_trials = payload["seed"], payload["correct_trials"]
+    steps = Steps()
     set_phase(workdir, "setup")
     use_build_dirs(payload)
     module, init = load_problem(payload["problem_code"], precision, device)
@@ -122,13 +142,13 @@ def run_candidate(payload: dict, workdir: Path) -> dict:
     watch = Watch()  # last thing before candidate code: everything of ours is loaded
 
     set_phase(workdir, "load")
-    t0 = time.monotonic()
+    steps.lap("setup")
     try:
         candidate = load_module(payload["source"], "kb_candidate")
         model_cls = candidate.ModelNew
     except Exception as e:  # noqa: BLE001 - any failure to load is the candidate's
         return failure("compile_error", "load", e)
-    load_s = time.monotonic() - t0
+    load_s = steps.lap("load")
     watch.check("load")
     try:
         model = build_model(model_cls, copy_tree(init), INIT_SEED, device,
@@ -140,9 +160,11 @@ def run_candidate(payload: dict, workdir: Path) -> dict:
 
     set_phase(workdir, "correctness")
     seen: dict[str, dict] = {}
+    buffers = None  # every trial's inputs land at the first trial's addresses
     for i in range(n_trials):
         label = label_name(("correct", i))
-        inputs, trial_inputs[i] = trial_inputs[i], None
+        inputs = buffers = into_buffers(buffers, trial_inputs[i])
+        trial_inputs[i] = None
         try:
             _correctness_call(model, module, seed, i, inputs, payload, workdir, device,
                               seen, watch)
@@ -153,7 +175,9 @@ def run_candidate(payload: dict, workdir: Path) -> dict:
         watch.check(label)
         del inputs
 
-    result = {"status": "ok", "load_s": load_s, "seen": seen, "saved": list(seen)}
+    result = {"status": "ok", "load_s": load_s, "seen": seen, "saved": list(seen),
+              "steps": steps.laps}
+    steps.lap("correctness")
     if payload.get("timing") is not None:
         set_phase(workdir, "timing")
         try:
@@ -164,9 +188,11 @@ def run_candidate(payload: dict, workdir: Path) -> dict:
         except Exception as e:  # noqa: BLE001
             return {**failure("runtime_error", "timing", e), "seen": seen}
         result["saved"] = list(seen)
+        steps.lap("timing")
     watch.check("end")
     result.update(watch.report())
     _shape_probe(model, module, seed, payload, workdir, device, result)
+    steps.lap("probe")
     watch.check("probe")
     result.update(watch.report())
     return result
@@ -208,7 +234,8 @@ def _time_candidate(model, module, payload: dict, workdir: Path, device: torch.d
 
     def args_for_trial(i: int) -> list:
         s = fresh_seed()
-        current.update(seed=s, inputs=make_inputs(module.get_inputs, s, device, dtype))
+        fresh = make_inputs(module.get_inputs, s, device, dtype)
+        current.update(seed=s, inputs=into_buffers(current.get("inputs"), fresh))
         return current["inputs"]
 
     def on_output(i: int, out) -> None:
@@ -267,15 +294,18 @@ def _reference_inputs(module, seed: int, kind: str, i: int, label_seed, precisio
 
 
 def run_reference(payload: dict, workdir: Path) -> dict:
-    """Outputs of `Model` for each label in payload["labels"] ([kind, i] or [kind, i,
-    seed]; saved to workdir), their digests, the floor metrics when asked, and its timing
-    when payload["timing"] is given (live baseline)."""
-    workdir = Path(workdir)
+    """`Model` on the labels asked (correctness trials, the shape probe, timed calls by
+    seed), each output compared at once, on the device, with the candidate's file for that
+    label in payload["compare"]["folder"] (the candidate child has ended). Reference
+    outputs never touch the disk: nothing a candidate leaves behind can alter them. Also,
+    when asked: what the physical floor needs, and the reference's timing (live baseline)."""
     device, precision, seed = torch.device(payload["device"]), payload["precision"], payload["seed"]
     module, init = load_problem(payload["problem_code"], precision, device)
     model = reference_model(module, init, precision, device)
+    compare = payload["compare"]
     seen: dict[str, dict] = {}
-    digests: dict[str, str] = {}  # the parent checks the files against these
+    diffs: dict[str, dict] = {}
+    first = None  # the first correctness trial's outputs: is the answer input-independent?
     for kind, i, *rest in payload["labels"]:
         label_seed = rest[0] if rest else None
         label = label_name((kind, i, label_seed))
@@ -289,15 +319,20 @@ def run_reference(payload: dict, workdir: Path) -> dict:
             if kind == "correct":  # the problem's own trials: a broken reference
                 raise
             # The probe's shape, or a seed a candidate reported: never fatal for the
-            # problem (the parent counts a missing output against that candidate).
+            # problem (the parent counts a missing comparison against that candidate).
             seen[label] = {"skipped": f"{type(e).__name__}: {e}".splitlines()[0][:200]}
             continue
         tensors, seen[label] = observe(out, inputs, pristine)
-        seen[label]["value"] = digest(tensors)
-        save_outputs(workdir / f"{label}.pt", tensors)
-        digests[label] = hashlib.sha256((workdir / f"{label}.pt").read_bytes()).hexdigest()
+        tensors = [t.detach() for t in tensors]
+        if kind == "correct":
+            if first is None:
+                first = [t.clone() for t in tensors]
+            else:
+                seen[label]["same_as_first"] = same_outputs(tensors, first)
+        diffs[label] = judge_file(Path(compare["folder"]) / f"{label}.pt", tensors,
+                                  compare["atol"], compare["rtol"])
         del out, tensors, inputs, pristine
-    result: dict = {"seen": seen, "digests": digests}
+    result: dict = {"seen": seen, "diffs": diffs}
     settings = TimingSettings.model_validate(payload["timing"] or payload.get("floor_timing")
                                              or {})
     if payload.get("metrics"):

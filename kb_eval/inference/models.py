@@ -21,7 +21,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Protocol
 
-from kb_eval.errors import UserError
 from kb_eval.inference.cache import ResponseCache, cache_key
 from kb_eval.inference.client import ChatClient, RetryPolicy
 from kb_eval.inference.completion import Completion

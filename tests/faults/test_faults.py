@@ -177,10 +177,11 @@ def test_no_process_left_at_all(cpu_run):
     assert cpu_run["leftovers"] == [], "processes of the run are still alive"
 
 
-def test_vandal_flagged_and_others_judged_on_true_references(cpu_run):
+def test_vandal_changes_no_verdict(cpu_run):
+    """Reference outputs never touch the disk: the vandal finds none to zero, and the
+    all-zeros candidate after it is judged on the true reference."""
     r = _record(cpu_run, "tamper_files")
-    codes = {f["code"] for f in r["flags"]}
-    assert "tampered_files" in codes and not r["correct"], r
+    assert r["status"] == "correct", r
     wrong = _record(cpu_run, "wrong_after_tamper")
     assert wrong["status"] == "incorrect" and not wrong["correct"], wrong
 
