@@ -22,7 +22,6 @@ import queue
 import shutil
 import sys
 import threading
-import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterator
@@ -78,9 +77,9 @@ class EvalPool:
 
     def _build(self, task: SampleTask) -> None:
         try:
-            task.mark = time.monotonic()  # not the time queued for a build worker
+            task.laps.restart()  # not the time queued for a build worker
             task.build = self.builder.build(task.source, task.workdir / "build")
-            task.lap("build")
+            task.laps.lap("build")
             if task.build.usable:
                 self.ready.put(task)
             else:

@@ -22,7 +22,7 @@ from kb_eval.eval.rules import (child_flags, completeness, constant_reference,
                                 physical_floor, shape_probe, timing_plausible)
 from kb_eval.eval.score import VOIDS_SPEEDUP
 from kb_eval.eval.static import static_flags
-from kb_eval.eval.worker import BEFORE_PROBE, PROBE_LABEL
+from kb_eval.eval.worker import BEFORE_PROBE, PROBE_LABEL, Laps
 from kb_eval.isolation import ChildOutcome, run_isolated
 from kb_eval.problems import Problem
 from kb_eval.results import CrashInfo, Flag, SampleRecord
@@ -41,14 +41,7 @@ class SampleTask:
     workdir: Path
     started: float = field(default_factory=time.monotonic)
     build: BuildOutcome | None = None
-    phases: dict[str, float] = field(default_factory=dict)
-    mark: float = field(default_factory=time.monotonic)
-
-    def lap(self, phase: str) -> None:
-        """Charge the time since the last lap to `phase`."""
-        now = time.monotonic()
-        self.phases[phase] = round(self.phases.get(phase, 0.0) + now - self.mark, 3)
-        self.mark = now
+    laps: Laps = field(default_factory=Laps)
 
 
 def new_record(ctx: EvalContext, task: SampleTask) -> SampleRecord:
@@ -61,7 +54,7 @@ def new_record(ctx: EvalContext, task: SampleTask) -> SampleRecord:
 
 def finish(record: SampleRecord, task: SampleTask) -> SampleRecord:
     record.wall_s = round(time.monotonic() - task.started, 3)
-    record.phases = dict(task.phases)
+    record.phases = dict(task.laps.seconds)
     return record
 
 
@@ -98,7 +91,7 @@ def evaluate_sample(ctx: EvalContext, refs: ReferenceStore, task: SampleTask,
     """On one device: the candidate child, then the reference child that compares its
     outputs; then the rules. Returns the finished record."""
     cfg = ctx.config
-    task.lap("wait")
+    task.laps.lap("wait")
     record = new_record(ctx, task)
     record.build = task.build.info
     run_dir = task.workdir / "run"
@@ -113,7 +106,7 @@ def evaluate_sample(ctx: EvalContext, refs: ReferenceStore, task: SampleTask,
                        env=ctx.device_env(device), prewarm=True,
                        warm_cuda=device != "cpu")
     alone = _WINDOWS.end(window)
-    task.lap("run")
+    task.laps.lap("run")
     if sweep_escapees() and alone:
         record.flags.append(Flag(code="left_processes", severity="warning",
                                  message="processes that shed the sandbox marker outlived "
@@ -129,13 +122,13 @@ def evaluate_sample(ctx: EvalContext, refs: ReferenceStore, task: SampleTask,
             return finish(record, task)
         result["probe_error"] = f"the call {out.describe()}"  # only the probe was lost
     record.compiled = result.get("status") != "compile_error"
-    task.phases.update(_child_steps(result.get("steps")))
+    task.laps.seconds.update(_child_steps(result.get("steps")))
     if result.get("status") != "ok":
         return finish(_child_failure(record, result), task)
     labels = labels_to_check(cfg, result.get("saved"))
     probe = [PROBE_LABEL] if result.get("probe") == PROBE_LABEL else []
     ref = refs.compare(task.problem, labels + probe, run_dir, device)
-    task.lap("reference")
+    task.laps.lap("reference")
     if ref.error:
         record.status, record.error, record.detail = "reference_error", ref.error, ref.state.detail
         record.crash = ref.state.crash
@@ -144,7 +137,7 @@ def evaluate_sample(ctx: EvalContext, refs: ReferenceStore, task: SampleTask,
     # it then counts as missing (timed_recheck_missing).
     labels = [lb for lb in labels if lb in ref.diffs]
     _judge(ctx, task, record, result, labels, ref)
-    task.lap("judge")
+    task.laps.lap("judge")
     return finish(record, task)
 
 

@@ -19,9 +19,9 @@ reference when the baseline is live.
 
 The candidate's outputs are saved as `<label>.pt` (a list of CPU tensors); the reference
 child loads them with `weights_only=True` (no pickled code) and compares. Seeds come in
-derived (never the run's secret). A `phase` file tells the parent where a child that died was; before the shape probe (the
-one step that may legitimately crash a kernel written for fixed sizes) the result so far
-is written to `before_probe.json`.
+derived (never the run's secret). A `phase` file tells the parent where a child that
+died was; before the shape probe (the one step that may legitimately crash a kernel
+written for fixed sizes) the result so far is written to `before_probe.json`.
 """
 
 from __future__ import annotations
@@ -91,18 +91,23 @@ def use_build_dirs(payload: dict) -> None:
         os.environ["TRITON_CACHE_DIR"] = str(Path(ext) / "triton")
 
 
-class Steps:
-    """Seconds per step of a child (diagnostics on the record: where a sample's time goes)."""
+class Laps:
+    """Seconds per named step, charged lap by lap: where a sample's time goes (the parent's
+    account on the record, and a child's own account of its steps)."""
 
     def __init__(self):
-        self.laps: dict[str, float] = {}
+        self.seconds: dict[str, float] = {}
+        self.mark = time.monotonic()
+
+    def restart(self) -> None:
+        """Start the next lap now (the time since the last one is not charged)."""
         self.mark = time.monotonic()
 
     def lap(self, step: str) -> float:
         now = time.monotonic()
-        self.laps[step] = round(now - self.mark, 3)
-        self.mark = now
-        return self.laps[step]
+        spent, self.mark = now - self.mark, now
+        self.seconds[step] = round(self.seconds.get(step, 0.0) + spent, 3)
+        return spent
 
 
 class Watch:
@@ -131,7 +136,7 @@ def run_candidate(payload: dict, workdir: Path) -> dict:
     workdir = Path(workdir)
     device, precision = torch.device(payload["device"]), payload["precision"]
     seed, n_trials = payload["seed"], payload["correct_trials"]
-    steps = Steps()
+    steps = Laps()
     set_phase(workdir, "setup")
     use_build_dirs(payload)
     module, init = load_problem(payload["problem_code"], precision, device)
@@ -176,7 +181,7 @@ def run_candidate(payload: dict, workdir: Path) -> dict:
         del inputs
 
     result = {"status": "ok", "load_s": load_s, "seen": seen, "saved": list(seen),
-              "steps": steps.laps}
+              "steps": steps.seconds}
     steps.lap("correctness")
     if payload.get("timing") is not None:
         set_phase(workdir, "timing")
