@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import statistics
 import sys
@@ -194,15 +195,21 @@ def write_problems(root: Path, rows: int, cols: int) -> Path:
     return root / "problems"
 
 
+def children_cpu_s() -> float:
+    """CPU seconds of every child process ended so far (builds with their compilers)."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def one_pass(label: str, pairs, config: EvalConfig) -> list:
-    t0 = time.monotonic()
+    t0, cpu0 = time.monotonic(), children_cpu_s()
     records = []
     for r in evaluate(pairs, config):
         records.append(r)
         if len(records) % 10 == 0 or len(records) == len(pairs):
             print(f"  [{label}] {len(records)}/{len(pairs)} done at {time.monotonic() - t0:6.1f}s",
                   flush=True)
-    wall = time.monotonic() - t0
+    wall, cpu = time.monotonic() - t0, children_cpu_s() - cpu0
     statuses = Counter(r.status for r in records)
     hits = sum(1 for r in records if r.build and r.build.cache_hit)
     builds = [r.build.seconds for r in records if r.build and not r.build.cache_hit and r.build.seconds]
@@ -211,6 +218,8 @@ def one_pass(label: str, pairs, config: EvalConfig) -> list:
     print(f"{label}: {len(records)} candidates in {wall:.1f} s wall "
           f"({wall / max(len(records), 1):.2f} s/candidate); statuses {dict(statuses)}; "
           f"cache hits {hits}")
+    print(f"  children's CPU: {cpu:.0f} core-seconds, {cpu / wall:.1f} cores busy on average "
+          f"(of {os.cpu_count()})")
     if builds:
         print(f"  build child seconds: median {statistics.median(builds):.1f}, "
               f"max {max(builds):.1f}, sum {sum(builds):.0f}")

@@ -1,6 +1,6 @@
-"""Run one task in a fresh child process and tell what became of it.
+"""Run a task in a child process and tell what became of it.
 
-Every task (one reference timing, one candidate build, one candidate run) gets a new
+Every task that touches candidate code (one build, one run) gets a new
 Python process: `python -m kb_eval.isolation` reads one task from its stdin, calls
 `module:function(payload, workdir)`, writes the returned dict to a result file and exits.
 The parent never imports what the task runs. It watches the child from outside:
@@ -11,8 +11,11 @@ The parent never imports what the task runs. It watches the child from outside:
   descendants left (they are re-parented to us, a child subreaper) are killed too;
 - the verdict is read from the exit status and the result file only after exit, so a
   crash cannot leave half a message behind.
-To hide Python + torch start-up (seconds), a spare child per environment is started ahead
-and waits, torch imported, for its task on stdin; each spare still runs exactly one task.
+To hide Python + torch start-up (seconds), spare children per environment are started
+ahead and wait, torch imported, for their task on stdin; each spare still runs exactly
+one task. Trusted work that gains from keeping state (the reference side: each problem's
+model and outputs) runs in a `Server`: one long-lived child, watched the same way per
+task, answering each through its result file, replaced by a fresh one when it fails.
 """
 
 from __future__ import annotations
@@ -32,7 +35,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 MARKER = "KB_EVAL_SANDBOX"
-POLL_S = 0.02
+NICE_VAR = "KB_EVAL_NICE"
+POLL_S = 0.005  # how often a watcher looks whether its child is done (GPU lane: latency)
+BUILD_POLL_S = 0.05  # builds take tens of seconds: their watchers wake less often
+CHECK_S = 0.1  # how often memory and output size are checked
 THREAD_SAFE = True  # run_isolated may be called from many threads at once
 
 
@@ -61,7 +67,7 @@ class ChildOutcome:
 def run_isolated(target: str, payload: dict, *, workdir: Path, timeout_s: float,
                  mem_limit_mb: int | None = None, env: dict | None = None,
                  output_limit_mb: int = 64, prewarm: bool = False,
-                 warm_cuda: bool = False) -> ChildOutcome:
+                 warm_cuda: bool = False, poll_s: float = POLL_S) -> ChildOutcome:
     """Run `target` ("pkg.module:function") as `function(payload, workdir) -> dict` in a
     fresh child. `prewarm` keeps spare children with the same env ready for the next
     calls; `warm_cuda` has them create their CUDA context while they wait (~0.4 s saved
@@ -78,12 +84,14 @@ def run_isolated(target: str, payload: dict, *, workdir: Path, timeout_s: float,
     else:
         child.adopt_log(log_path)
     if prewarm:
-        _SPARES.refill(env, preload)
+        # GPU runs come about once a second and a spare needs ~3.3 s to import torch and
+        # open its CUDA context (H200 host): four deep; other kinds two.
+        _SPARES.refill(env, preload, 4 if warm_cuda else 2)
     task = {"target": target, "payload": payload, "workdir": str(workdir),
             "result_path": str(result_path)}
     t0 = time.monotonic()
     child.send(task)
-    status = child.watch(timeout_s, mem_limit_mb, output_limit_mb << 20)
+    status = child.watch(timeout_s, mem_limit_mb, output_limit_mb << 20, poll_s=poll_s)
     wall = time.monotonic() - t0
     child.kill_all()
     return _outcome(status, child, result_path, wall)
@@ -122,6 +130,7 @@ class _Child:
         self.log_file = log_file
         self.log_path = Path(log_file.name)
         self.owner = ""  # name of the thread that sent the task
+        self.log_base = 0  # log size when the current task was sent
         _LIVE.add(self)
 
     @classmethod
@@ -147,29 +156,40 @@ class _Child:
         self.log_path.unlink(missing_ok=True)
         self.log_path = log_path
 
-    def send(self, task: dict) -> None:
+    def send(self, task: dict, last: bool = True) -> None:
+        """One task line; `last` closes stdin (a one-shot child), else more may follow."""
         self.owner = threading.current_thread().name
+        self.log_base = 0 if last else _file_size(self.log_path)
         try:
             self.proc.stdin.write((json.dumps(task) + "\n").encode())
-            self.proc.stdin.close()
+            self.proc.stdin.flush()
+            if last:
+                self.proc.stdin.close()
         except (BrokenPipeError, OSError):
             pass  # the child already died; watch() reports it
 
-    def watch(self, timeout_s: float, mem_limit_mb: int | None, output_limit: int) -> str | None:
-        """Wait for exit; return why we killed it (None if it ended by itself)."""
+    def watch(self, timeout_s: float, mem_limit_mb: int | None, output_limit: int,
+              done: Path | None = None, poll_s: float = POLL_S) -> str | None:
+        """Wait for exit (or, for a server, for the task's result file `done`); return why
+        we killed it (None if it ended, or answered, by itself)."""
         deadline = time.monotonic() + timeout_s
-        tick = 0
-        while self.proc.poll() is None:
-            if time.monotonic() > deadline:
+        next_check = 0.0
+        while self.proc.poll() is None and not (done is not None and done.exists()):
+            now = time.monotonic()
+            if now > deadline:
                 return "timeout"
-            tick += 1
-            if tick % 5 == 0:
-                if _file_size(self.log_path) > output_limit:
+            if now >= next_check:
+                next_check = now + CHECK_S
+                if self._flooded(output_limit):
                     return "output_flood"
-                if mem_limit_mb and _group_rss_mb(self.proc.pid) > mem_limit_mb:
+                if mem_limit_mb and _RSS.group_mb(self.proc.pid) > mem_limit_mb:
                     return "oom"
-            time.sleep(POLL_S)
-        return None
+            time.sleep(poll_s)
+        # A flood written faster than we poll is over the limit all the same.
+        return "output_flood" if self._flooded(output_limit) else None
+
+    def _flooded(self, output_limit: int) -> bool:
+        return _file_size(self.log_path) - self.log_base > output_limit
 
     def kill_all(self) -> None:
         _killpg(self.proc.pid)
@@ -184,11 +204,60 @@ class _Child:
     def log_tail(self, max_bytes: int = 8192, max_lines: int = 60) -> str:
         try:
             with open(self.log_path, "rb") as f:
-                f.seek(max(0, _file_size(self.log_path) - max_bytes))
+                f.seek(max(self.log_base, _file_size(self.log_path) - max_bytes))
                 text = f.read().decode(errors="replace")
         except OSError:
             return ""
         return "\n".join(text.splitlines()[-max_lines:])
+
+
+class Server:
+    """A long-lived child for trusted tasks only (never candidate code), so it can keep
+    what it loaded from one task to the next (the reference side keeps each problem's
+    model and outputs). Each `call` is watched like a one-shot child (timeout, memory,
+    output) and answers through its own result file; a server that was killed, died or
+    failed a task is ended, and the next call starts a fresh one."""
+
+    def __init__(self, target: str, env: dict | None, workdir: Path, warm_cuda: bool = False):
+        self.target, self.env, self.workdir = target, env, Path(workdir)
+        self.preload = target.partition(":")[0] + (":cuda" if warm_cuda else "")
+        self.child: _Child | None = None
+        self.calls = 0
+
+    def start(self) -> None:
+        """Start the child now (torch import and CUDA context take seconds)."""
+        if self.child is None or self.child.proc.poll() is not None:
+            self.close()
+            self.workdir.mkdir(parents=True, exist_ok=True)
+            self.child = _Child.start(self.env, self.workdir / f"server_{time.monotonic_ns()}.log",
+                                      self.preload + "+serve")
+
+    def call(self, payload: dict, *, timeout_s: float, mem_limit_mb: int | None = None,
+             output_limit_mb: int = 64) -> ChildOutcome:
+        self.start()
+        self.calls += 1
+        workdir = self.workdir / f"call_{self.calls}"
+        workdir.mkdir(parents=True, exist_ok=True)
+        result_path = workdir / "result.json"
+        task = {"target": self.target, "payload": payload, "workdir": str(workdir),
+                "result_path": str(result_path)}
+        t0 = time.monotonic()
+        self.child.send(task, last=False)
+        status = self.child.watch(timeout_s, mem_limit_mb, output_limit_mb << 20, done=result_path)
+        wall = time.monotonic() - t0
+        alive = status is None and self.child.proc.poll() is None
+        if not alive:
+            self.child.kill_all()
+        out = _outcome(status, self.child, result_path, wall)
+        shutil.rmtree(workdir, ignore_errors=True)
+        if not out.ok:
+            self.close()
+        return out
+
+    def close(self) -> None:
+        if self.child is not None:
+            self.child.kill_all()
+            self.child = None
 
 
 class _Registry:
@@ -228,10 +297,8 @@ def kill_running(thread_prefix: str) -> int:
 
 
 class _Spares:
-    """Up to DEPTH waiting children per environment, oldest first; each runs one task.
-    Two deep, so that a spare has two tasks' time to import torch before it is needed."""
-
-    DEPTH = 2
+    """Up to `depth` waiting children per environment, oldest first; each runs one task.
+    A spare has `depth` tasks' time to import torch before it is needed."""
 
     def __init__(self):
         self.lock = threading.Lock()
@@ -250,12 +317,12 @@ class _Spares:
             return None
         return child
 
-    def refill(self, env: dict | None, module: str) -> None:
+    def refill(self, env: dict | None, module: str, depth: int) -> None:
         key = self._key(env, module)
         with self.lock:
             queue = self.waiting.setdefault(key, [])
             self.dir.mkdir(parents=True, exist_ok=True)
-            while len(queue) < self.DEPTH:
+            while len(queue) < depth:
                 log = self.dir / f"spare_{time.monotonic_ns()}.log"
                 queue.append(_Child.start(env, log, module))
 
@@ -333,20 +400,40 @@ def _file_size(path: Path) -> int:
         return 0
 
 
-def _group_rss_mb(pgid: int) -> float:
-    """Resident memory of every process in the child's process group."""
-    total_kb = 0
+class _GroupRss:
+    """Resident memory per process group, from one pass over /proc shared by every
+    watcher (a pass per watcher per check cost the parent a core with 16 builds)."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.taken = -1.0
+        self.by_group: dict[int, int] = {}
+
+    def group_mb(self, pgid: int) -> float:
+        with self.lock:
+            if time.monotonic() - self.taken >= CHECK_S / 2:
+                self.by_group = _rss_by_group()
+                self.taken = time.monotonic()
+            return self.by_group.get(pgid, 0) / 1024
+
+
+def _rss_by_group() -> dict[int, int]:
+    """kB resident per process group, every process we can see."""
+    page_kb = os.sysconf("SC_PAGE_SIZE") // 1024
+    totals: dict[int, int] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             stat = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-            if int(stat[2]) != pgid:
-                continue
-            total_kb += int(stat[21]) * (os.sysconf("SC_PAGE_SIZE") // 1024)
+            group = int(stat[2])
+            totals[group] = totals.get(group, 0) + int(stat[21]) * page_kb
         except (OSError, ValueError, IndexError):
             continue
-    return total_kb / 1024
+    return totals
+
+
+_RSS = _GroupRss()
 
 
 # ------------------------------------------------------------------ child side
@@ -354,8 +441,12 @@ def _child_main() -> None:
     import importlib
 
     # The expensive start-up, done while we wait as a spare: torch, the task's module,
-    # and (if asked) the CUDA context.
-    module, _, cuda = (sys.argv[1] if len(sys.argv) > 1 else "").partition(":")
+    # and (if asked) the CUDA context. "+serve": a Server (tasks until stdin closes).
+    spec, _, serve = (sys.argv[1] if len(sys.argv) > 1 else "").partition("+")
+    # Builds run niced (KB_EVAL_NICE): compiling is throughput work, while a GPU left
+    # waiting on a run child's or the reference's CPU time is time lost for good.
+    os.nice(int(os.environ.get(NICE_VAR) or 0))
+    module, _, cuda = spec.partition(":")
     for name in ["torch"] + ([module] if module else []):
         try:
             importlib.import_module(name)
@@ -370,10 +461,19 @@ def _child_main() -> None:
                 torch.empty(1, device="cuda")
         except Exception:  # noqa: BLE001 - the task itself will meet and report it
             pass
-    line = sys.stdin.readline()
-    if not line:
-        os._exit(0)
-    task = json.loads(line)
+    while line := sys.stdin.readline():
+        _run_task(json.loads(line))
+        if not serve:
+            break
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip interpreter teardown: CUDA and extension destructors can hang or crash there.
+    os._exit(0)
+
+
+def _run_task(task: dict) -> None:
+    import importlib
+
     result_path = Path(task["result_path"])
     os.chdir(task["workdir"])
     try:
@@ -385,11 +485,9 @@ def _child_main() -> None:
                    "traceback": traceback.format_exc()[-4000:]}
     tmp = result_path.with_suffix(".tmp")
     tmp.write_text(json.dumps(message, default=str))
-    os.replace(tmp, result_path)
     sys.stdout.flush()
     sys.stderr.flush()
-    # Skip interpreter teardown: CUDA and extension destructors can hang or crash there.
-    os._exit(0)
+    os.replace(tmp, result_path)
 
 
 if __name__ == "__main__":

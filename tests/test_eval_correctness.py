@@ -1,4 +1,4 @@
-"""The comparison (as the reference child runs it), the guards, the build helpers and candidate discovery
+"""The outputs files, the comparison (as the reference side runs it), the guards, the build helpers and candidate discovery
 (in-process, no children)."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import torch
 from kb_eval.errors import UserError
 from kb_eval.eval.build import cache_key, crash_info, needs_build, quick_check, trim_compiler_output
 from kb_eval.eval.candidates import find_candidates
-from kb_eval.eval.correctness import (OutputsUnreadable, compare_outputs, info_from_diffs,
-                                      judge_file, load_file, tolerances)
+from kb_eval.eval import outputs
+from kb_eval.eval.correctness import compare_outputs, info_from_diffs, judge_file, tolerances
 from kb_eval.eval.guards import OutputTypeError, judge, observe, output_tensors
 from kb_eval.isolation import ChildOutcome
 
@@ -63,50 +63,59 @@ def test_output_count_and_integer_outputs():
     assert not compare_outputs([ints + 1], [ints], 1e-4, 1e-4).ok
 
 
-def _save(path, obj):
-    torch.save(obj, path)
+def _write(path, tensors):
+    outputs.write(path, tensors)
     return path
 
 
-def test_load_file_only_plain_tensor_lists(tmp_path):
-    ok = _save(tmp_path / "a.pt", [torch.ones(2)])
-    assert torch.equal(load_file(ok, 10_000, "x")[0], torch.ones(2))
-    with pytest.raises(OutputsUnreadable, match="list of plain tensors"):
-        load_file(_save(tmp_path / "b.pt", {"x": torch.ones(2)}), 10_000, "x")
-    with pytest.raises(OutputsUnreadable):
-        load_file(_save(tmp_path / "c.pt", [torch.nn.Parameter(torch.ones(2))]), 10_000, "x")
-
-    class Evil:
-        def __reduce__(self):
-            return (print, ("pwned",))
-
-    with pytest.raises(OutputsUnreadable, match="unreadable"):
-        load_file(_save(tmp_path / "d.pt", [Evil()]), 10_000, "x")  # weights_only: no code runs
-    with pytest.raises(OutputsUnreadable, match="was not written"):
-        load_file(tmp_path / "none.pt", 10_000, "x")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.int64,
+                                   torch.bool, torch.complex64])
+def test_outputs_round_trip(tmp_path, dtype):
+    ts = [torch.randn(3, 5).to(dtype), torch.randn(7).to(dtype)[::2], torch.tensor(1).to(dtype),
+          torch.empty(0, 4, dtype=dtype)]
+    back = outputs.read(_write(tmp_path / "a.out", ts), 1 << 20)
+    assert [b.dtype for b in back] == [dtype] * 4
+    assert [tuple(b.shape) for b in back] == [(3, 5), (4,), (), (0, 4)]
+    assert all(torch.equal(b, t) for b, t in zip(back, ts))
 
 
-def test_load_file_refuses_links_and_huge_files(tmp_path):
-    target = _save(tmp_path / "correct_0.pt", [torch.ones(2)])
-    (tmp_path / "correct_1.pt").write_bytes(b"x" * 5000)
-    (tmp_path / "correct_2.pt").symlink_to(target)
-    with pytest.raises(OutputsUnreadable, match="far more than"):
-        load_file(tmp_path / "correct_1.pt", 4000, "correct_1.pt")
-    with pytest.raises(OutputsUnreadable, match="not a plain file"):
-        load_file(tmp_path / "correct_2.pt", 4000, "correct_2.pt")
+def test_outputs_read_refuses_what_a_candidate_could_forge(tmp_path):
+    good = _write(tmp_path / "good.out", [torch.ones(4)])
+    raw = good.read_bytes()
+
+    def forged(name: str, data: bytes):
+        (tmp_path / name).write_bytes(data)
+        with pytest.raises(outputs.OutputsUnreadable) as e:
+            outputs.read(tmp_path / name, 10_000)
+        return str(e.value)
+
+    assert "not an outputs file" in forged("pickle.out", torch.save.__doc__.encode()[:200])
+    assert "its header says" in forged("short.out", raw[:-8])  # cut short
+    assert "its header says" in forged("long.out", raw + b"\0" * 64)
+    raw16 = _write(tmp_path / "g16.out", [torch.ones(16)]).read_bytes()
+    assert "its header says" in forged("shape.out", raw16.replace(b"[16]", b"[99]"))
+    assert "bad entry" in forged("dtype.out", raw.replace(b'"float32"', b'"object!"'))
+    assert "not JSON" in forged("json.out", raw.replace(b'"shape"', b'"shape\x00'))
+    assert "header of" in forged("head.out", raw[:7] + (1 << 30).to_bytes(8, "little") + raw[15:])
+    assert "far more than" in forged("huge.out", b"x" * 20_000)
+    (tmp_path / "link.out").symlink_to(good)
+    with pytest.raises(outputs.OutputsUnreadable, match="not a plain file"):
+        outputs.read(tmp_path / "link.out", 10_000)
+    with pytest.raises(outputs.OutputsUnreadable, match="was not written"):
+        outputs.read(tmp_path / "none.out", 10_000)
 
 
 def test_judge_file_and_info_from_diffs(tmp_path):
     refs = {f"correct_{i}": [torch.full((2,), float(i))] for i in range(3)}
-    _save(tmp_path / "correct_0.pt", [torch.full((2,), 0.0)])
-    _save(tmp_path / "correct_1.pt", [torch.full((2,), 1.5)])
-    diffs = {lb: judge_file(tmp_path / f"{lb}.pt", r, 1e-4, 1e-4) for lb, r in refs.items()}
+    _write(tmp_path / "correct_0.out", [torch.full((2,), 0.0)])
+    _write(tmp_path / "correct_1.out", [torch.full((2,), 1.5)])
+    diffs = {lb: judge_file(tmp_path / f"{lb}.out", r, 1e-4, 1e-4) for lb, r in refs.items()}
     diffs = json.loads(json.dumps(diffs))  # they cross a process boundary as JSON
     info = info_from_diffs(["correct_0", "correct_1", "correct_2", "timing_3_ab"], diffs,
                            1e-4, 1e-4)
     assert (info.trials, info.passed) == (4, 1)
     assert info.failures[0].startswith("correct_1: 2/2 values beyond")
-    assert info.failures[1] == "correct_2: correct_2.pt was not written"
+    assert info.failures[1] == "correct_2: correct_2.out was not written"
     assert info.failures[2] == "timing_3_ab: not compared"
     assert info.max_abs_diff == pytest.approx(0.5)
 

@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from kb_eval.isolation import ChildOutcome, run_isolated
+from kb_eval.isolation import BUILD_POLL_S, ChildOutcome, run_isolated
 from kb_eval.results import BuildInfo, CrashInfo, write_json_atomic
 
 MARKER = "kb_build.json"
@@ -198,7 +198,8 @@ class Builder:
             out = run_isolated("kb_eval.eval.build:build_candidate",
                                {"source": source, "extensions_dir": str(ext_dir)},
                                workdir=workdir, timeout_s=self.timeout_s,
-                               mem_limit_mb=self.mem_limit_mb, env=self.env, prewarm=True)
+                               mem_limit_mb=self.mem_limit_mb, env=self.env, prewarm=True,
+                               poll_s=BUILD_POLL_S)
             return self._record(key, ext_dir, out)
 
     def _cached(self, key: str, ext_dir: Path) -> BuildOutcome | None:

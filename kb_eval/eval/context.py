@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import secrets
 import time
@@ -21,6 +20,7 @@ from kb_eval.eval import pch
 from kb_eval.eval.build import is_gcc, toolchain_fingerprint
 from kb_eval.eval.config import EvalConfig
 from kb_eval.inputs import derive_seed
+from kb_eval.isolation import NICE_VAR
 from kb_eval.problems import Problem
 from kb_eval.results import BaselineFile, HardwareInfo, baseline_path, read_model
 from kb_eval.timing import TimingStats
@@ -69,10 +69,6 @@ class EvalContext:
     def problem_seed(self, problem: Problem) -> int:
         return derive_seed(self.secret, "problem", problem.key, self.config.precision)
 
-    def seed_tag(self, problem: Problem) -> str:
-        """Names a problem's reference folder without revealing its seed."""
-        return hashlib.sha256(f"{self.problem_seed(problem)}".encode()).hexdigest()[:16]
-
     # ---------------------------------------------------------------- environments
     def _common_env(self) -> dict[str, str]:
         # Build and run children both see the same CXX: load_inline re-runs ninja in the
@@ -83,7 +79,7 @@ class EvalContext:
         return {**env, **self.config.extra_env}
 
     def build_env(self) -> dict[str, str]:
-        return {**self._common_env(), "CUDA_VISIBLE_DEVICES": ""}
+        return {**self._common_env(), "CUDA_VISIBLE_DEVICES": "", NICE_VAR: "10"}
 
     def device_env(self, device: str) -> dict[str, str]:
         visible = "" if device == "cpu" else device

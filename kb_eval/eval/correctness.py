@@ -1,10 +1,9 @@
-"""Correctness, judged in the reference child, where no candidate code ever ran.
+"""Correctness, judged on the reference server, where no candidate code ever ran.
 
-The candidate child saved `<label>.pt` (a list of CPU tensors) per checked call; the
-reference child computes the same call, loads the candidate's file with
-`weights_only=True` (no pickled code; memory-mapped, so a large file costs no copy) and
-compares on the device. The file must hold a list of exact `torch.Tensor`, and be no
-larger than a few times the reference's outputs. A trial passes when every output has the reference's shape and dtype,
+The candidate child wrote `<label>.out` (kb_eval/eval/outputs.py: raw tensors behind a
+checked header, no pickle) per checked call; the reference side computes the same call,
+reads the candidate's file (no larger than a few times the reference's outputs) and
+compares on the device. A trial passes when every output has the reference's shape and dtype,
 NaN and ±Inf sit where the reference's do, and the finite values satisfy
 |out - ref| <= atol + rtol * |ref|. Differences are computed in chunks (large outputs do
 not triple the memory) and in float64. The parent gets one summary per label
@@ -18,14 +17,11 @@ from pathlib import Path
 
 import torch
 
+from kb_eval.eval import outputs
 from kb_eval.inputs import TOLERANCES
 from kb_eval.results import CorrectnessInfo
 
 CHUNK = 1 << 24  # elements per comparison step
-
-
-class OutputsUnreadable(Exception):
-    pass
 
 
 def tolerances(precision: str, atol: float | None = None,
@@ -34,34 +30,15 @@ def tolerances(precision: str, atol: float | None = None,
     return (d_atol if atol is None else atol), (d_rtol if rtol is None else rtol)
 
 
-def load_file(path: Path, max_bytes: int, name: str) -> list[torch.Tensor]:
-    """A candidate's saved outputs: a plain file of at most `max_bytes` (a child must not
-    make us read any size) holding a list of exact tensors."""
-    try:
-        if path.is_symlink() or not path.is_file():
-            raise OutputsUnreadable(f"{name} is not a plain file" if path.exists()
-                                    or path.is_symlink() else f"{name} was not written")
-        if (size := path.stat().st_size) > max_bytes:
-            raise OutputsUnreadable(f"{name} is {size} bytes, far more than the reference's "
-                                    f"outputs")
-        obj = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except OutputsUnreadable:
-        raise
-    except Exception as e:  # noqa: BLE001 - anything unreadable is the writer's fault
-        raise OutputsUnreadable(f"{name} is unreadable: {type(e).__name__}: "
-                                f"{str(e).splitlines()[0][:200] if str(e) else ''}") from None
-    if type(obj) is not list or not all(type(t) is torch.Tensor for t in obj):
-        raise OutputsUnreadable(f"{name} does not hold a list of plain tensors")
-    return obj
-
-
-def judge_file(path: Path, refs: list[torch.Tensor], atol: float, rtol: float) -> dict:
-    """Compare the candidate's file for one call with the reference's outputs of it."""
+def judge_file(path: Path, refs: list[torch.Tensor], atol: float, rtol: float,
+               staging: outputs.Staging | None = None) -> dict:
+    """Compare the candidate's file for one call with the reference's outputs of it
+    (read through `staging`, a pinned buffer, when the reference is on a GPU)."""
     ref_bytes = sum(t.numel() * t.element_size() for t in refs)
     try:
-        outs = load_file(path, 4 * ref_bytes + (1 << 20), path.name)
+        outs = outputs.read(path, 4 * ref_bytes + (1 << 20), staging)
         return compare_outputs(outs, refs, atol, rtol).as_dict()
-    except OutputsUnreadable as e:
+    except outputs.OutputsUnreadable as e:
         return Diff(False, str(e)).as_dict()
 
 
@@ -133,7 +110,7 @@ def compare_outputs(outs: list[torch.Tensor], refs: list[torch.Tensor], atol: fl
 
 def info_from_diffs(labels: list[str], diffs: dict[str, dict], atol: float,
                     rtol: float) -> CorrectnessInfo:
-    """Add up the reference child's per-label comparisons (a label it has none for fails);
+    """Add up the reference server's per-label comparisons (a label it has none for fails);
     the first few failures are kept as messages."""
     info = CorrectnessInfo(atol=atol, rtol=rtol)
     max_abs = max_rel = sum_abs = 0.0

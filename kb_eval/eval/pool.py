@@ -4,14 +4,15 @@
                    │ built (or cached)           │ compile error / build crash
                    ▼                             ▼
              ready queue ──► one thread per device (GPU id or "cpu"): candidate child,
-                             then the reference child, which compares on the device
+                             then the reference server, which compares on the device
                                        │
                                        ▼
     results() ◄─────────────────── done queue
 
 Devices never wait on a compiler: a sample reaches the ready queue only once built, and
-builds of later samples go on while devices evaluate. Every child is fresh,
-so a child that hit a CUDA error is never reused. A bug of ours in one sample becomes
+builds of later samples go on while devices evaluate. Every candidate's child is fresh,
+so a child that hit a CUDA error is never reused (the reference server runs no candidate
+code and is replaced after any failure). Builds run niced, so they never slow a device. A bug of ours in one sample becomes
 that sample's `eval_error` record; the run goes on.
 """
 
@@ -152,6 +153,7 @@ class EvalPool:
             self.ready.put(_STOP)
         for t in self.devices:
             t.join()
+        self.refs.close()
         sweep_escapees(min_age_s=0.0)  # nothing of ours is starting now
         if not self.ctx.config.keep_workdirs:
             shutil.rmtree(self.ctx.invocation_dir, ignore_errors=True)

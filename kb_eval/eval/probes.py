@@ -11,7 +11,7 @@
   whether a candidate computes the operation or only the one shape it was shown.
 - `thread_names`: Python threads alive now (a candidate's own threads show up here).
 - `empty_call_ms`: the time of a call that does nothing, through the same timer: no
-  candidate can be faster (measured in the reference child, before anything else runs).
+  candidate can be faster (measured in the reference server).
 """
 
 from __future__ import annotations

@@ -1,22 +1,21 @@
-"""The reference side of a sample: one child per sample, after the candidate's child.
+"""The reference side of a sample, from the parent: one trusted server per device.
 
-It runs `Model` on the sample's labels (the correctness trials, the shape probe, the timed
-calls the candidate reported with their seeds) and compares each output with the
-candidate's file at once, on the device (worker.run_reference). Reference outputs never
-touch the disk, so nothing a candidate writes can change what it is judged against, and
-large outputs are compared at GPU speed instead of being saved, hashed, read back and
-compared on the CPU.
+Each device gets an `isolation.Server` running kb_eval/eval/reference_worker.py: a
+long-lived child where no candidate code ever runs. Per sample it runs `Model` on the
+sample's labels (the correctness trials, the shape probe, the timed calls the candidate
+reported with their seeds) and compares each output with the candidate's file at once, on
+the device. Reference outputs never touch the disk, so nothing a candidate writes can
+change what it is judged against, and the server keeps each problem's model and fixed
+outputs, so a sample costs only its own timed calls' references.
 
 Per problem, the store keeps what is measured once: the physical floor's inputs (first
 run) and, with a live baseline, the reference's timing. A reference that fails on the
-problem's own trials fails every sample of its problem, once.
+problem's own trials fails every sample of its problem, once. A server that dies without
+an answer (killed from outside, say) is started again and asked once more.
 """
 
 from __future__ import annotations
 
-import itertools
-import re
-import shutil
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +23,8 @@ from pathlib import Path
 from kb_eval.eval.build import crash_info
 from kb_eval.eval.context import EvalContext
 from kb_eval.eval.correctness import tolerances
-from kb_eval.isolation import run_isolated
+from kb_eval.eval.labels import parse_label
+from kb_eval.isolation import ChildOutcome, Server
 from kb_eval.problems import Problem
 from kb_eval.results import CrashInfo
 from kb_eval.timing import TimingStats
@@ -45,7 +45,7 @@ class ReferenceState:
 @dataclass
 class ReferenceRun:
     """One sample's reference run: what the reference showed per label, and each label's
-    comparison with the candidate's output (worker.run_reference)."""
+    comparison with the candidate's output (reference_worker.compare_sample)."""
     state: ReferenceState
     seen: dict[str, dict] = field(default_factory=dict)
     diffs: dict[str, dict] = field(default_factory=dict)
@@ -55,22 +55,23 @@ class ReferenceRun:
         return self.state.error
 
 
-def parse_label(name: str) -> list:
-    """correct_3 -> [correct, 3]; timing_7_<seed hex> -> [timing, 7, seed] (a candidate's
-    timed call, with the OS-random seed its inputs came from)."""
-    m = re.fullmatch(r"([a-z]+)_(\d+)(?:_([0-9a-f]{1,16}))?", name)
-    if m is None:
-        raise ValueError(f"not a label: {name!r}")
-    return [m.group(1), int(m.group(2))] + ([int(m.group(3), 16)] if m.group(3) else [])
+def keep_bytes(mem_limit_mb: int | None) -> int:
+    """How many bytes of reference outputs the server may keep between samples: up to
+    8 GiB, and a quarter of its memory limit (outputs on a CPU count towards it)."""
+    return min(8 << 30, (mem_limit_mb << 20) // 4 if mem_limit_mb else 8 << 30)
 
 
 class ReferenceStore:
     def __init__(self, ctx: EvalContext):
         self.ctx = ctx
-        self.root = ctx.invocation_dir / "refs"
+        root = ctx.invocation_dir / "refs"
+        self.servers = {d: Server("kb_eval.eval.reference_worker:compare_sample",
+                                  ctx.device_env(d), root / d.replace("/", "_"),
+                                  warm_cuda=d != "cpu") for d in ctx.devices}
+        for server in self.servers.values():
+            server.start()  # imports torch while the first builds run
         self._states: dict[str, ReferenceState] = {}
         self._guard = threading.Lock()
-        self._runs = itertools.count()
 
     def _state(self, problem: Problem) -> ReferenceState:
         with self._guard:
@@ -100,14 +101,9 @@ class ReferenceStore:
                    "labels": [parse_label(lb) for lb in labels],
                    "compare": {"folder": str(folder), "atol": atol, "rtol": rtol},
                    "timing": cfg.timing.model_dump() if want_timing else None,
-                   "metrics": state.metrics is None, "floor_timing": cfg.timing.model_dump()}
-        workdir = self.root / f"{problem.source.replace('/', '_')}_{problem.slug}_{next(self._runs)}"
-        out = run_isolated("kb_eval.eval.worker:run_reference", payload, workdir=workdir,
-                           timeout_s=cfg.run_timeout_s, mem_limit_mb=cfg.mem_limit_mb,
-                           env=self.ctx.device_env(device), prewarm=True,
-                           warm_cuda=device != "cpu")
-        if not cfg.keep_workdirs:
-            shutil.rmtree(workdir, ignore_errors=True)
+                   "metrics": state.metrics is None, "floor_timing": cfg.timing.model_dump(),
+                   "keep_bytes": keep_bytes(cfg.mem_limit_mb)}
+        out = self._call(device, payload)
         if not out.ok:
             state.error = f"reference {out.describe()}"
             state.detail = out.output_tail[-4000:]
@@ -121,3 +117,14 @@ class ReferenceStore:
             state.timed = True
             state.timing = TimingStats.model_validate(result["timing"])
         return ReferenceRun(state, seen=result.get("seen", {}), diffs=result.get("diffs", {}))
+
+    def _call(self, device: str, payload: dict) -> ChildOutcome:
+        cfg, server = self.ctx.config, self.servers[device]
+        out = server.call(payload, timeout_s=cfg.run_timeout_s, mem_limit_mb=cfg.mem_limit_mb)
+        if out.status in ("crashed", "no_result"):  # died, not failed: once more, fresh
+            out = server.call(payload, timeout_s=cfg.run_timeout_s, mem_limit_mb=cfg.mem_limit_mb)
+        return out
+
+    def close(self) -> None:
+        for server in self.servers.values():
+            server.close()

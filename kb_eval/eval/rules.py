@@ -6,7 +6,7 @@ word alone), each returning `Flag`s for a sample's record:
 - `completeness`: the re-checked timed calls that were asked for are all there;
 - `timing_plausible`: the statistics are a consistent set of positive numbers;
 - `physical_floor`: the median is not below what the device can do, from numbers measured
-  in the reference child (an empty call through the same timer; bytes in and out over the
+  in the reference server (an empty call through the same timer; bytes in and out over the
   device's peak bandwidth);
 - `constant_reference`: every correctness trial's reference output is the same: the
   problem cannot tell a constant from a computation;
@@ -116,7 +116,7 @@ def physical_floor(median_ms: float | None, metrics: dict | None, device_kind: s
 
 
 def constant_reference(reference_seen: dict, correct_labels: list[str]) -> list[Flag]:
-    """The reference child marks each correctness trial whose outputs are bit-for-bit the
+    """The reference server marks each correctness trial whose outputs are bit-for-bit the
     first trial's (`same_as_first`): all of them so marked is an input-independent answer."""
     if len(correct_labels) >= 2 and all(reference_seen.get(lb, {}).get("same_as_first")
                                         for lb in correct_labels[1:]):

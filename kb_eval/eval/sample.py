@@ -1,11 +1,10 @@
 """One sample from built to judged: run the candidate child on a device, then the
-reference child, which compares the candidate's saved outputs with its own on the device;
+reference server, which compares the candidate's saved outputs with its own on the device;
 apply the guards and rules here, and fill in its SampleRecord."""
 
 from __future__ import annotations
 
 import json
-import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -15,6 +14,7 @@ from kb_eval.eval.build import BuildOutcome, crash_info, source_sha256, status_o
 from kb_eval.eval.context import EvalContext
 from kb_eval.eval.correctness import info_from_diffs, tolerances
 from kb_eval.eval.guards import dedupe, judge
+from kb_eval.eval.labels import PROBE_LABEL, TIMED_LABEL
 from kb_eval.eval.probes import recheck_count
 from kb_eval.eval.reaper import sweep_escapees
 from kb_eval.eval.references import ReferenceRun, ReferenceStore
@@ -22,14 +22,11 @@ from kb_eval.eval.rules import (child_flags, completeness, constant_reference,
                                 physical_floor, shape_probe, timing_plausible)
 from kb_eval.eval.score import VOIDS_SPEEDUP
 from kb_eval.eval.static import static_flags
-from kb_eval.eval.worker import BEFORE_PROBE, PROBE_LABEL, Laps
+from kb_eval.eval.worker import BEFORE_PROBE, Laps
 from kb_eval.isolation import ChildOutcome, run_isolated
 from kb_eval.problems import Problem
 from kb_eval.results import CrashInfo, Flag, SampleRecord
 from kb_eval.timing import TimingStats
-
-
-TIMED_LABEL = re.compile(r"timing_(\d+)_([0-9a-f]{1,16})")
 
 
 @dataclass
@@ -88,7 +85,7 @@ def _crashed(record: SampleRecord, out: ChildOutcome, phase: str) -> None:
 
 def evaluate_sample(ctx: EvalContext, refs: ReferenceStore, task: SampleTask,
                     device: str) -> SampleRecord:
-    """On one device: the candidate child, then the reference child that compares its
+    """On one device: the candidate child, then the reference server that compares its
     outputs; then the rules. Returns the finished record."""
     cfg = ctx.config
     task.laps.lap("wait")

@@ -1,4 +1,5 @@
-"""The child side of evaluation: one candidate run, or one reference run (runs isolated).
+"""The candidate's child: one candidate run (runs isolated; the reference side is
+kb_eval/eval/reference_worker.py).
 
 `run_candidate` (candidate code runs here and nowhere else, besides its build child):
   problem loaded, reference weights built, every correctness input drawn, tripwires set
@@ -11,17 +12,12 @@
   after they return) are checked in full and saved with their seeds for re-checking  ->
   one call on a batch one smaller (shape probe). Tripwires are checked after every step
   and every call; Python threads the candidate left are listed.
-`run_reference` (after the candidate child has ended; no candidate code ever runs there):
-`Model` on the labels asked (correctness trials, the shape probe, timed calls by seed),
-each output compared on the device with the candidate's saved output for that label; on
-its first run for a problem it also measures what the physical floor needs; it times the
-reference when the baseline is live.
 
-The candidate's outputs are saved as `<label>.pt` (a list of CPU tensors); the reference
-child loads them with `weights_only=True` (no pickled code) and compares. Seeds come in
-derived (never the run's secret). A `phase` file tells the parent where a child that
-died was; before the shape probe (the one step that may legitimately crash a kernel
-written for fixed sizes) the result so far is written to `before_probe.json`.
+The outputs are saved as `<label>.out` (kb_eval/eval/outputs.py: raw tensors, no pickle),
+read and judged on the reference side once this child has ended. Seeds come in derived
+(never the run's secret). A `phase` file tells the parent where a child that died was;
+before the shape probe (the one step that may legitimately crash a kernel written for
+fixed sizes) the result so far is written to `before_probe.json`.
 """
 
 from __future__ import annotations
@@ -38,14 +34,13 @@ import torch
 # the load itself when the candidate arrives.
 import torch.utils.cpp_extension  # noqa: F401
 
-from kb_eval.eval.correctness import judge_file
+from kb_eval.eval import outputs
 from kb_eval.eval.guards import OutputTypeError, aliased_inputs, observe, output_tensors
 from kb_eval.eval.integrity import Snapshot
-from kb_eval.eval.probes import (changed_inputs, copy_bandwidth, empty_call_ms, fresh_seed,
-                                 into_buffers, probe_inputs, recheck_count, same_outputs,
-                                 settled, tensor_bytes, thread_names)
-from kb_eval.harness import (INIT_SEED, inputs_for, load_problem, reference_model,
-                             time_model)
+from kb_eval.eval.labels import PROBE_LABEL, label_name
+from kb_eval.eval.probes import (changed_inputs, fresh_seed, into_buffers, probe_inputs,
+                                 recheck_count, settled, sync, tensor_bytes, thread_names)
+from kb_eval.harness import INIT_SEED, inputs_for, load_problem, reference_model
 from kb_eval.inputs import build_model, copy_tree, make_inputs, precision_dtype
 from kb_eval.problems import load_module
 from kb_eval.timing import TimingSettings, time_callable
@@ -53,26 +48,17 @@ from kb_eval.timing import TimingSettings, time_callable
 CUDA_ERROR_MARKERS = ("CUDA error", "CUDA_ERROR", "illegal memory access", "cudaError",
                       "device-side assert", "unspecified launch failure")
 BEFORE_PROBE = "before_probe.json"
-PROBE_LABEL = "shape_0"
-
-
-def label_name(label) -> str:
-    """("correct", 3) -> correct_3; ("timing", 7, seed) -> timing_7_<seed hex>."""
-    kind, i, *seed = label
-    return f"{kind}_{i}" + (f"_{seed[0]:x}" if seed and seed[0] is not None else "")
 
 
 def set_phase(workdir: Path, phase: str) -> None:
     (workdir / "phase").write_text(phase)
 
 
-def save_outputs(path: Path, tensors: list[torch.Tensor]) -> None:
-    torch.save([t.detach().to("cpu").contiguous().clone() for t in tensors], path)
+_STAGING = outputs.Staging()  # one pinned host buffer for every output this child saves
 
 
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+def save_outputs(workdir: Path, label: str, tensors: list[torch.Tensor]) -> None:
+    outputs.write(workdir / f"{label}.out", tensors, _STAGING)
 
 
 def failure(status: str, phase: str, exc: BaseException) -> dict:
@@ -219,7 +205,7 @@ def _correctness_call(model, module, seed: int, i: int, inputs: list, payload: d
     calm, snapshot = settled(tensors, device, call_s)
     seen[label]["unsettled"] = not calm
     seen[label]["bytes"] = tensor_bytes(tensors)
-    save_outputs(workdir / f"{label}.pt", snapshot)
+    save_outputs(workdir, label, snapshot)
 
 
 def _time_candidate(model, module, payload: dict, workdir: Path, device: torch.device,
@@ -268,7 +254,7 @@ def _recheck(tensors, module, current: dict, i: int, device, dtype, workdir: Pat
     seen[label] = {"aliased": aliased_inputs(tensors, inputs),
                    "mutated": changed_inputs(inputs, pristine),
                    "devices": [t.device.type for t in tensors], "unsettled": not calm}
-    save_outputs(workdir / f"{label}.pt", snapshot)
+    save_outputs(workdir, label, snapshot)
 
 
 def _shape_probe(model, module, seed: int, payload: dict, workdir: Path,
@@ -284,83 +270,7 @@ def _shape_probe(model, module, seed: int, payload: dict, workdir: Path,
         with torch.no_grad():
             out = model(*probe)
         sync(device)
-        save_outputs(workdir / f"{PROBE_LABEL}.pt", output_tensors(out))
+        save_outputs(workdir, PROBE_LABEL, output_tensors(out))
         result["probe"] = PROBE_LABEL
     except Exception as e:  # noqa: BLE001 - refusing other sizes is allowed
         result["probe_error"] = f"{type(e).__name__}: {e}".splitlines()[0][:300]
-
-
-# ------------------------------------------------------------------ reference
-def _reference_inputs(module, seed: int, kind: str, i: int, label_seed, precision, device):
-    if label_seed is not None:  # a timed call of a candidate: its own seed
-        return make_inputs(module.get_inputs, label_seed, device, precision_dtype(precision))
-    inputs = inputs_for(module, seed, (kind, i), precision, device)
-    return probe_inputs(inputs) if kind == "shape" else inputs
-
-
-def run_reference(payload: dict, workdir: Path) -> dict:
-    """`Model` on the labels asked (correctness trials, the shape probe, timed calls by
-    seed), each output compared at once, on the device, with the candidate's file for that
-    label in payload["compare"]["folder"] (the candidate child has ended). Reference
-    outputs never touch the disk: nothing a candidate leaves behind can alter them. Also,
-    when asked: what the physical floor needs, and the reference's timing (live baseline)."""
-    device, precision, seed = torch.device(payload["device"]), payload["precision"], payload["seed"]
-    module, init = load_problem(payload["problem_code"], precision, device)
-    model = reference_model(module, init, precision, device)
-    compare = payload["compare"]
-    seen: dict[str, dict] = {}
-    diffs: dict[str, dict] = {}
-    first = None  # the first correctness trial's outputs: is the answer input-independent?
-    for kind, i, *rest in payload["labels"]:
-        label_seed = rest[0] if rest else None
-        label = label_name((kind, i, label_seed))
-        try:
-            inputs = _reference_inputs(module, seed, kind, i, label_seed, precision, device)
-            pristine = copy_tree(inputs)
-            with torch.no_grad():
-                out = model(*inputs)
-            sync(device)
-        except Exception as e:  # noqa: BLE001
-            if kind == "correct":  # the problem's own trials: a broken reference
-                raise
-            # The probe's shape, or a seed a candidate reported: never fatal for the
-            # problem (the parent counts a missing comparison against that candidate).
-            seen[label] = {"skipped": f"{type(e).__name__}: {e}".splitlines()[0][:200]}
-            continue
-        tensors, seen[label] = observe(out, inputs, pristine)
-        tensors = [t.detach() for t in tensors]
-        if kind == "correct":
-            if first is None:
-                first = [t.clone() for t in tensors]
-            else:
-                seen[label]["same_as_first"] = same_outputs(tensors, first)
-        diffs[label] = judge_file(Path(compare["folder"]) / f"{label}.pt", tensors,
-                                  compare["atol"], compare["rtol"])
-        del out, tensors, inputs, pristine
-    result: dict = {"seen": seen, "diffs": diffs}
-    settings = TimingSettings.model_validate(payload["timing"] or payload.get("floor_timing")
-                                             or {})
-    if payload.get("metrics"):
-        result["metrics"] = _floor_metrics(model, module, seed, precision, device, settings)
-    if payload.get("timing") is not None:
-        result["timing"] = time_model(model, module, seed, precision, device,
-                                      settings).model_dump()
-    return result
-
-
-def _floor_metrics(model, module, seed: int, precision: str, device: torch.device,
-                   settings: TimingSettings) -> dict:
-    """What the physical floor needs, measured where no candidate code runs: the bytes a
-    call reads and writes, an empty call's time through the same timer, and (GPU) the L2
-    size and a device copy's bandwidth."""
-    try:
-        inputs = inputs_for(module, seed, ("correct", 0), precision, device)
-        with torch.no_grad():
-            out = model(*inputs)
-        sync(device)
-        l2 = torch.cuda.get_device_properties(device).L2_cache_size if device.type == "cuda" else 0
-        return {"in_bytes": tensor_bytes(list(inputs)), "out_bytes": tensor_bytes(output_tensors(out)),
-                "l2_bytes": l2, "empty_call_ms": empty_call_ms(device, settings, inputs),
-                "copy_bytes_per_s": copy_bandwidth(device)}
-    except Exception as e:  # noqa: BLE001 - no floor then, but the outputs still count
-        return {"error": f"{type(e).__name__}: {e}"[:300]}

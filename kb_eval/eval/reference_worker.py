@@ -1,0 +1,179 @@
+"""The reference side of a sample, in one long-lived trusted child per device.
+
+`compare_sample` runs in an `isolation.Server` (no candidate code ever runs in that
+process; it only reads the candidate's output files, kb_eval/eval/outputs.py, which hold
+no code). Per sample it runs `Model` on the labels asked (correctness trials, the shape
+probe, timed calls by the candidate's seeds) and compares each output with the candidate's
+file for that label, on the device. Reference outputs never touch the disk.
+
+What a problem's reference gives is the same for every sample (same code, precision,
+seed), so the process keeps, per problem: the loaded module, the built model, and the
+outputs of the correctness trials and the shape probe (under a memory budget). A later
+sample of that problem computes only its timed calls' outputs (new seeds every sample).
+On the H200 (100 samples, 64 MB outputs) the reference step of a sample took 1.11 s
+(median) in a fresh child per sample, and 0.28 s here.
+
+Also, when asked (the first sample of a problem): what the physical floor needs, and the
+reference's timing (live baseline).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+from kb_eval.eval import outputs
+from kb_eval.eval.correctness import judge_file
+from kb_eval.eval.guards import observe, output_tensors
+from kb_eval.eval.labels import label_name
+from kb_eval.eval.probes import (copy_bandwidth, empty_call_ms, probe_inputs, same_outputs,
+                                 sync, tensor_bytes)
+from kb_eval.harness import inputs_for, load_problem, reference_model, time_model
+from kb_eval.inputs import copy_tree, make_inputs, precision_dtype, set_precision_flags
+from kb_eval.timing import TimingSettings
+
+MAX_PROBLEMS = 8  # problems kept loaded (models hold their weights)
+KEEP_SHARE = 0.1  # reference outputs kept on a GPU: at most this share of its memory
+
+
+@dataclass
+class Problem:
+    module: ModuleType
+    model: torch.nn.Module
+    outputs: dict[str, list[torch.Tensor]] = field(default_factory=dict)
+    seen: dict[str, dict] = field(default_factory=dict)
+    first: list[torch.Tensor] | None = None  # correct_0's outputs: input-independent?
+
+    @property
+    def bytes(self) -> int:
+        return sum(tensor_bytes(ts) for ts in self.outputs.values()) + tensor_bytes(self.first or [])
+
+    def forget_outputs(self) -> None:
+        self.outputs.clear()
+        self.seen.clear()
+        self.first = None
+
+
+_LOADED: OrderedDict[str, Problem] = OrderedDict()
+_STAGING = outputs.Staging()  # candidates' files are read into it, then copied to the GPU
+
+
+def _problem(payload: dict, device: torch.device) -> Problem:
+    """The problem's module and model, loaded once per (code, precision, seed, device)."""
+    precision = payload["precision"]
+    key = hashlib.sha256(repr((payload["problem_code"], precision, payload["seed"],
+                               str(device))).encode()).hexdigest()
+    set_precision_flags(precision)  # every call: nothing a problem's code did may linger
+    if key in _LOADED:
+        _LOADED.move_to_end(key)
+        return _LOADED[key]
+    module, init = load_problem(payload["problem_code"], precision, device)
+    _LOADED[key] = Problem(module, reference_model(module, init, precision, device))
+    while len(_LOADED) > MAX_PROBLEMS:
+        _LOADED.popitem(last=False)
+    return _LOADED[key]
+
+
+def _room_for(nbytes: int, device: torch.device, budget: int) -> bool:
+    """Whether outputs of `nbytes` may be kept (all problems' within `budget`), dropping
+    least recently used problems' outputs to make room."""
+    if device.type == "cuda":
+        budget = min(budget, int(KEEP_SHARE * torch.cuda.get_device_properties(device).total_memory))
+    total = sum(p.bytes for p in _LOADED.values())
+    for p in list(_LOADED.values())[:-1]:  # never the problem in hand
+        if total + nbytes <= budget:
+            break
+        total -= p.bytes
+        p.forget_outputs()
+    return total + nbytes <= budget
+
+
+def _inputs(module: ModuleType, seed: int, kind: str, i: int, label_seed, precision: str,
+            device: torch.device) -> list:
+    if label_seed is not None:  # a timed call of a candidate: its own seed
+        return make_inputs(module.get_inputs, label_seed, device, precision_dtype(precision))
+    inputs = inputs_for(module, seed, (kind, i), precision, device)
+    return probe_inputs(inputs) if kind == "shape" else inputs
+
+
+def _reference_outputs(p: Problem, payload: dict, label: list, device: torch.device):
+    """(outputs, what was seen) of the reference on one label; kept when the label is the
+    same for every sample (correctness trials, shape probe) and there is room."""
+    kind, i, *rest = label
+    name = label_name((kind, i, rest[0] if rest else None))
+    if name in p.outputs:
+        return p.outputs[name], p.seen[name]
+    precision, seed = payload["precision"], payload["seed"]
+    inputs = _inputs(p.module, seed, kind, i, rest[0] if rest else None, precision, device)
+    pristine = copy_tree(inputs)
+    with torch.no_grad():
+        out = p.model(*inputs)
+    sync(device)
+    tensors, seen = observe(out, inputs, pristine)
+    tensors = [t.detach() for t in tensors]
+    if kind == "correct":
+        if p.first is None:
+            p.first = tensors  # fresh outputs, never written again
+        else:
+            seen["same_as_first"] = same_outputs(tensors, p.first)
+    if not rest and _room_for(tensor_bytes(tensors), device, payload.get("keep_bytes", 0)):
+        p.outputs[name], p.seen[name] = tensors, seen
+    return tensors, seen
+
+
+def compare_sample(payload: dict, workdir: Path) -> dict:
+    """`Model` on payload["labels"], each output compared with the candidate's file for
+    that label in payload["compare"]["folder"] (the candidate child has ended)."""
+    device = torch.device(payload["device"])
+    p = _problem(payload, device)
+    compare = payload["compare"]
+    seen: dict[str, dict] = {}
+    diffs: dict[str, dict] = {}
+    for label in payload["labels"]:
+        kind, i, *rest = label
+        name = label_name((kind, i, rest[0] if rest else None))
+        try:
+            refs, seen[name] = _reference_outputs(p, payload, label, device)
+        except Exception as e:  # noqa: BLE001
+            if kind == "correct":  # the problem's own trials: a broken reference
+                raise
+            # The probe's shape, or a seed a candidate reported: never fatal for the
+            # problem (the parent counts a missing comparison against that candidate).
+            seen[name] = {"skipped": f"{type(e).__name__}: {e}".splitlines()[0][:200]}
+            continue
+        diffs[name] = judge_file(Path(compare["folder"]) / f"{name}.out", refs,
+                                 compare["atol"], compare["rtol"],
+                                 _STAGING if device.type == "cuda" else None)
+    result: dict = {"seen": seen, "diffs": diffs}
+    settings = TimingSettings.model_validate(payload["timing"] or payload.get("floor_timing")
+                                             or {})
+    if payload.get("metrics"):
+        result["metrics"] = _floor_metrics(p, payload, device, settings)
+    if payload.get("timing") is not None:
+        result["timing"] = time_model(p.model, p.module, payload["seed"], payload["precision"],
+                                      device, settings).model_dump()
+    return result
+
+
+def _floor_metrics(p: Problem, payload: dict, device: torch.device,
+                   settings: TimingSettings) -> dict:
+    """What the physical floor needs, measured where no candidate code runs: the bytes a
+    call reads and writes, an empty call's time through the same timer, and (GPU) the L2
+    size and a device copy's bandwidth."""
+    try:
+        inputs = inputs_for(p.module, payload["seed"], ("correct", 0), payload["precision"],
+                            device)
+        with torch.no_grad():
+            out = p.model(*inputs)
+        sync(device)
+        l2 = torch.cuda.get_device_properties(device).L2_cache_size if device.type == "cuda" else 0
+        return {"in_bytes": tensor_bytes(list(inputs)), "out_bytes": tensor_bytes(output_tensors(out)),
+                "l2_bytes": l2, "empty_call_ms": empty_call_ms(device, settings, inputs),
+                "copy_bytes_per_s": copy_bandwidth(device)}
+    except Exception as e:  # noqa: BLE001 - no floor then, but the outputs still count
+        return {"error": f"{type(e).__name__}: {e}"[:300]}

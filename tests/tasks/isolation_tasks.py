@@ -1,0 +1,28 @@
+"""Tasks for tests/test_isolation.py, run in isolation children (imported there via
+PYTHONPATH, never by the tests themselves)."""
+import os
+import time
+
+SEEN: list = []  # survives between the tasks of one Server
+
+
+def remember(payload, workdir):
+    SEEN.append(payload["x"])
+    return {"seen": list(SEEN), "pid": os.getpid()}
+
+
+def die(payload, workdir):
+    os._exit(3)
+
+
+def hang(payload, workdir):
+    time.sleep(600)
+
+
+def fail(payload, workdir):
+    raise ValueError("no good")
+
+
+def talk(payload, workdir):
+    print("x" * payload["n"], flush=True)
+    return {}

@@ -1,0 +1,67 @@
+"""isolation.Server: a long-lived child for trusted work, watched per call, replaced
+when it fails (real processes, no GPU)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from kb_eval.isolation import Server
+
+TASKS = str(Path(__file__).parent / "tasks")
+
+
+def _server(tmp_path, name: str) -> Server:
+    return Server(f"isolation_tasks:{name}", {"PYTHONPATH": TASKS}, tmp_path / name)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+
+
+@pytest.fixture()
+def server(tmp_path):
+    s = _server(tmp_path, "remember")
+    yield s
+    s.close()
+
+
+def test_state_kept_between_calls_of_one_process(server):
+    a = server.call({"x": 1}, timeout_s=60)
+    b = server.call({"x": 2}, timeout_s=60)
+    assert a.ok and b.ok
+    assert b.result["seen"] == [1, 2] and b.result["pid"] == a.result["pid"]
+    server.close()
+    assert not _alive(a.result["pid"])
+
+
+@pytest.mark.parametrize("task, status", [("die", "crashed"), ("fail", "error"),
+                                          ("hang", "timeout")])
+def test_a_failed_call_is_named_and_the_next_call_gets_a_fresh_process(server, tmp_path,
+                                                                        task, status):
+    first = server.call({"x": 1}, timeout_s=60)
+    server.target = f"isolation_tasks:{task}"
+    bad = server.call({}, timeout_s=3)
+    assert bad.status == status
+    if task == "fail":
+        assert "ValueError: no good" in bad.error
+    assert not _alive(first.result["pid"])
+    server.target = "isolation_tasks:remember"
+    again = server.call({"x": 2}, timeout_s=60)
+    assert again.ok and again.result["seen"] == [2] and again.result["pid"] != first.result["pid"]
+
+
+def test_output_limit_counts_per_call(tmp_path):
+    s = _server(tmp_path, "talk")
+    try:
+        for _ in range(3):  # 3 x 0.6 MiB in one log, under a 1 MiB limit per call
+            assert s.call({"n": 600_000}, timeout_s=60, output_limit_mb=1).ok
+        assert s.call({"n": 2_000_000}, timeout_s=60, output_limit_mb=1).status == "output_flood"
+    finally:
+        s.close()

@@ -1,0 +1,91 @@
+"""The reference server's work, called in-process on the CPU: each output compared with
+the candidate's file, and a problem's fixed outputs computed once for all its samples."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kb_eval.eval import outputs, reference_worker
+from kb_eval.eval.labels import label_name
+from kb_eval.harness import inputs_for
+from kb_eval.inputs import make_inputs
+
+PROBLEM = '''
+import torch
+import torch.nn as nn
+
+CALLS = [0]
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        CALLS[0] += 1
+        return x * 3
+
+
+def get_inputs():
+    return [torch.randn(6, 4)]
+
+
+def get_init_inputs():
+    return []
+'''
+SEED = 1234
+
+
+def _payload(folder, labels, keep_bytes=1 << 20) -> dict:
+    return {"problem_code": PROBLEM, "device": "cpu", "precision": "fp32", "seed": SEED,
+            "labels": labels, "compare": {"folder": str(folder), "atol": 1e-4, "rtol": 1e-4},
+            "timing": None, "metrics": False, "keep_bytes": keep_bytes}
+
+
+def _candidate_files(folder, labels, wrong=()) -> None:
+    """What a candidate child would have written: 3x its inputs (minus one where wrong)."""
+    module = type("M", (), {"get_inputs": staticmethod(lambda: [torch.randn(6, 4)])})
+    for kind, i, *seed in labels:
+        x = (make_inputs(module.get_inputs, seed[0], "cpu", torch.float32) if seed else
+             inputs_for(module, SEED, (kind, i), "fp32", torch.device("cpu")))[0]
+        if kind == "shape":
+            x = x[:-1]
+        name = label_name((kind, i, *seed))
+        outputs.write(folder / f"{name}.out", [x * 3 - float(name in wrong)])
+
+
+@pytest.fixture(autouse=True)
+def fresh_server_state():
+    reference_worker._LOADED.clear()
+    yield
+    reference_worker._LOADED.clear()
+
+
+def _calls() -> int:
+    (problem,) = reference_worker._LOADED.values()
+    return problem.module.CALLS[0]
+
+
+def test_fixed_outputs_computed_once_timed_ones_every_sample(tmp_path):
+    fixed = [["correct", 0], ["correct", 1], ["shape", 0]]
+    first = fixed + [["timing", 3, 77]]
+    _candidate_files(tmp_path, first, wrong={"correct_1"})
+    r = reference_worker.compare_sample(_payload(tmp_path, first), tmp_path)
+    assert _calls() == 4
+    assert {k: d["ok"] for k, d in r["diffs"].items()} == {
+        "correct_0": True, "correct_1": False, "shape_0": True, "timing_3_4d": True}
+    assert r["seen"]["correct_1"]["same_as_first"] is False
+
+    second = fixed + [["timing", 9, 78]]
+    _candidate_files(tmp_path, second)
+    r = reference_worker.compare_sample(_payload(tmp_path, second), tmp_path)
+    assert _calls() == 5  # only the new timed call ran
+    assert all(d["ok"] for d in r["diffs"].values()) and len(r["diffs"]) == 4
+    assert r["seen"]["correct_1"]["same_as_first"] is False  # kept with the outputs
+
+
+def test_nothing_kept_without_room(tmp_path):
+    labels = [["correct", 0], ["correct", 1]]
+    _candidate_files(tmp_path, labels)
+    for _ in range(2):
+        r = reference_worker.compare_sample(_payload(tmp_path, labels, keep_bytes=0), tmp_path)
+        assert all(d["ok"] for d in r["diffs"].values())
+    assert _calls() == 4
