@@ -28,6 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kb_eval.eval import EvalConfig, evaluate  # noqa: E402
+from kb_eval.eval.config import default_jobs  # noqa: E402
 from kb_eval.problems import load_problems  # noqa: E402
 from kb_eval.timing import TimingSettings  # noqa: E402
 
@@ -246,7 +247,8 @@ def main() -> int:
                    default="cuda" if torch.cuda.is_available() else "cpp")
     p.add_argument("--trials", type=int, default=100, help="timed calls per candidate")
     p.add_argument("--correct-trials", type=int, default=5)
-    p.add_argument("--jobs", type=int, default=os.cpu_count())
+    p.add_argument("--jobs", type=int, default=default_jobs(),
+                   help="parallel build children (default: the eval's, cores + 25%%)")
     p.add_argument("--rows", type=int, default=None, help="rows of every input (default: "
                    "4096 on GPU, 256 on CPU)")
     p.add_argument("--cols", type=int, default=None, help="columns (default: 4096 / 256)")

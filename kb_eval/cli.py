@@ -54,7 +54,8 @@ def add_execution_flags(p: argparse.ArgumentParser, defaults) -> None:
     """Where and how candidates build and run (kb_eval.eval and kb_eval.run)."""
     g = p.add_argument_group("building and running candidates")
     g.add_argument("--jobs", type=int, default=None,
-                   help="parallel builds (default: the number of CPU cores)")
+                   help="parallel builds (default: the CPU cores + 25%%: builds have serial "
+                        "gaps, and run niced so GPU work never waits)")
     g.add_argument("--gpus", default=None,
                    help="GPU ids to evaluate on, comma-separated (default: all visible)")
     g.add_argument("--build-timeout", type=float, default=defaults.build_timeout_s,
