@@ -90,7 +90,7 @@ def _layout(header: object) -> list[tuple[torch.dtype, list[int], int]]:
         numel = 1
         for n in shape:
             numel *= n
-        out.append((dtype, shape, numel * torch.empty((), dtype=dtype).element_size()))
+        out.append((dtype, shape, numel * dtype.itemsize))
     return out
 
 

@@ -101,15 +101,14 @@ def _inputs(module: ModuleType, seed: int, kind: str, i: int, label_seed, precis
     return probe_inputs(inputs) if kind == "shape" else inputs
 
 
-def _reference_outputs(p: Problem, payload: dict, label: list, device: torch.device):
+def _reference_outputs(p: Problem, payload: dict, name: str, kind: str, i: int, label_seed,
+                       device: torch.device):
     """(outputs, what was seen) of the reference on one label; kept when the label is the
-    same for every sample (correctness trials, shape probe) and there is room."""
-    kind, i, *rest = label
-    name = label_name((kind, i, rest[0] if rest else None))
+    same for every sample (correctness trials, shape probe: no seed) and there is room."""
     if name in p.outputs:
         return p.outputs[name], p.seen[name]
     precision, seed = payload["precision"], payload["seed"]
-    inputs = _inputs(p.module, seed, kind, i, rest[0] if rest else None, precision, device)
+    inputs = _inputs(p.module, seed, kind, i, label_seed, precision, device)
     pristine = copy_tree(inputs)
     with torch.no_grad():
         out = p.model(*inputs)
@@ -121,7 +120,8 @@ def _reference_outputs(p: Problem, payload: dict, label: list, device: torch.dev
             p.first = tensors  # fresh outputs, never written again
         else:
             seen["same_as_first"] = same_outputs(tensors, p.first)
-    if not rest and _room_for(tensor_bytes(tensors), device, payload.get("keep_bytes", 0)):
+    if label_seed is None and _room_for(tensor_bytes(tensors), device,
+                                        payload.get("keep_bytes", 0)):
         p.outputs[name], p.seen[name] = tensors, seen
     return tensors, seen
 
@@ -136,9 +136,10 @@ def compare_sample(payload: dict, workdir: Path) -> dict:
     diffs: dict[str, dict] = {}
     for label in payload["labels"]:
         kind, i, *rest = label
-        name = label_name((kind, i, rest[0] if rest else None))
+        label_seed = rest[0] if rest else None
+        name = label_name((kind, i, label_seed))
         try:
-            refs, seen[name] = _reference_outputs(p, payload, label, device)
+            refs, seen[name] = _reference_outputs(p, payload, name, kind, i, label_seed, device)
         except Exception as e:  # noqa: BLE001
             if kind == "correct":  # the problem's own trials: a broken reference
                 raise
