@@ -3,7 +3,7 @@
     python benchmarks/compile_cost.py            # CUDA candidate (main.cpp + cuda.cu)
     python benchmarks/compile_cost.py --cpp      # C++-only candidate (main.cpp)
 
-Builds the candidate once through kb_eval's compiler front (kb_eval/eval/pch.py), which
+Builds the candidate once through kb_eval's compiler front (kb_eval/eval/schedule/pch.py), which
 also makes the precompiled torch/extension.h, then re-runs each compile command from the
 build's ninja file by itself: main.cpp with and without the precompiled header, and the
 CUDA file (nvcc, which a precompiled header cannot help). Prints seconds per command.
@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kb_eval.eval import pch  # noqa: E402
+from kb_eval.eval.schedule import pch  # noqa: E402
 
 DECL = "torch::Tensor run(torch::Tensor x);"
 CUDA = r'''

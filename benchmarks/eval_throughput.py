@@ -254,7 +254,7 @@ def main() -> int:
     p.add_argument("--cols", type=int, default=None, help="columns (default: 4096 / 256)")
     p.add_argument("--workdir", type=Path, default=None, help="keep files here (default: tmp)")
     p.add_argument("--no-pch", action="store_true", help="compile without the precompiled "
-                   "torch/extension.h (kb_eval/eval/pch.py), to measure what it saves")
+                   "torch/extension.h (kb_eval/eval/schedule/pch.py), to measure what it saves")
     args = p.parse_args()
 
     gpu = args.backend == "cuda"

@@ -395,7 +395,7 @@ class Runner:
                             else None)
 
     def _count(self, record) -> None:
-        from kb_eval.eval.score import is_correct, is_fast
+        from kb_eval.eval.judge.score import is_correct, is_fast
 
         self.counts["compiled"] += bool(record.compiled)
         self.counts["correct"] += is_correct(record)

@@ -9,11 +9,13 @@ import pytest
 import torch
 
 from kb_eval.errors import UserError
-from kb_eval.eval.build import cache_key, crash_info, needs_build, quick_check, trim_compiler_output
+from kb_eval.eval.judge.crashes import crash_info
+from kb_eval.eval.schedule.build import cache_key, needs_build, quick_check, trim_compiler_output
 from kb_eval.eval.candidates import find_candidates
-from kb_eval.eval import outputs
-from kb_eval.eval.correctness import compare_outputs, info_from_diffs, judge_file, tolerances
-from kb_eval.eval.guards import OutputTypeError, judge, observe, output_tensors
+from kb_eval.eval.wire import outputs
+from kb_eval.eval.judge.correctness import compare_outputs, info_from_diffs, judge_file, tolerances
+from kb_eval.eval.child.observe import OutputTypeError, observe, output_tensors
+from kb_eval.eval.judge.guards import judge
 from kb_eval.isolation import ChildOutcome
 
 

@@ -7,7 +7,7 @@ from fractions import Fraction
 
 import pytest
 
-from kb_eval.eval.score import fast_p_name, geometric_mean, pass_at_k, summarize
+from kb_eval.eval.judge.score import fast_p_name, geometric_mean, pass_at_k, summarize
 from kb_eval.results import Flag, SampleRecord
 
 

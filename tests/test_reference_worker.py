@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kb_eval.eval import outputs, reference_worker
-from kb_eval.eval.labels import label_name
+from kb_eval.eval.wire import outputs
+from kb_eval.eval.judge import reference_worker
+from kb_eval.eval.wire.labels import label_name
 from kb_eval.harness import inputs_for
 from kb_eval.inputs import make_inputs
 

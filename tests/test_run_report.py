@@ -3,7 +3,7 @@ records are made by hand)."""
 
 from __future__ import annotations
 
-from kb_eval.eval.score import summarize
+from kb_eval.eval.judge.score import summarize
 from kb_eval.report import main, summary_table, usage_totals
 from kb_eval.results import HardwareInfo, Producer, RunFile, SampleRecord, write_json_atomic
 from kb_eval.timing import TimingSettings

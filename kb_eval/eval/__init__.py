@@ -3,12 +3,15 @@
     from kb_eval.eval import EvalConfig, evaluate
     for record in evaluate(pairs, EvalConfig(backend="cuda")): ...
 
-Modules: config (EvalConfig), context (secret, hardware, baseline), build (compile cache,
-build child), worker (the candidate's child), outputs (its output files), reference_worker
-+ references (the reference server per device, which compares), correctness (the
-comparison), guards + rules (checks beyond numbers), sample (one sample end to end), pool
-(CPU builds, per-device evaluation), score (rates, fast_p, pass@k), api (evaluate,
-RunWriter), candidates + cli (python -m kb_eval.eval).
+The tree shows the trust boundary:
+  child/     runs inside a candidate's process: the worker, the per-call probes and
+             observations, the tripwires (imports nothing from judge/)
+  judge/     trusted: the reference server and its client, correctness, guards, rules,
+             static checks, crash naming, scores (never imports candidate code)
+  wire/      what both agree on: label names and raw output files (plain data)
+  schedule/  the main process's scheduling: builds and their cache, the compiler front,
+             one lane per device, one sample end to end, the escapee sweep, the context
+  config (EvalConfig), api (evaluate, RunWriter), candidates + cli (python -m kb_eval.eval).
 """
 
 from typing import Any

@@ -18,9 +18,9 @@ from typing import Iterable, Iterator
 
 from kb_eval.errors import UserError
 from kb_eval.eval.config import EvalConfig
-from kb_eval.eval.context import EvalContext
-from kb_eval.eval.pool import EvalPool
-from kb_eval.eval.score import summarize
+from kb_eval.eval.schedule.context import EvalContext
+from kb_eval.eval.schedule.pool import EvalPool
+from kb_eval.eval.judge.score import summarize
 from kb_eval.problems import Problem
 from kb_eval.results import (Producer, RunFile, SampleRecord, now_iso, read_model,
                              write_json_atomic)

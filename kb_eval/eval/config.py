@@ -41,7 +41,7 @@ class EvalConfig(BaseModel):
     devices: list[str] | None = Field(None, description="GPU ids to evaluate on "
                                       "(default: every visible GPU)")
     pch: bool = Field(True, description="precompile torch/extension.h once per compiler "
-                      "flags for C++ builds (GCC; see kb_eval/eval/pch.py)")
+                      "flags for C++ builds (GCC; see kb_eval/eval/schedule/pch.py)")
     build_timeout_s: float = Field(600, gt=0)
     run_timeout_s: float = Field(300, gt=0)
     mem_limit_mb: int | None = Field(16000, ge=256)

@@ -61,7 +61,7 @@ def describe(r: dict) -> str:
 
 def verdict_mismatches(r: dict, expect: dict) -> list[str]:
     """What differs between a record and its expected verdict (empty: as expected)."""
-    from kb_eval.eval.score import is_correct, is_fast
+    from kb_eval.eval.judge.score import is_correct, is_fast
     from kb_eval.results import SampleRecord
 
     rec = SampleRecord.model_validate(r)

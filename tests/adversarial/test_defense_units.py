@@ -12,9 +12,10 @@ import time
 import pytest
 import torch
 
-from kb_eval.eval import integrity, probes, rules
-from kb_eval.eval.score import counted_speedup, is_fast
-from kb_eval.eval.static import static_flags
+from kb_eval.eval.child import integrity, probes
+from kb_eval.eval.judge import rules
+from kb_eval.eval.judge.score import counted_speedup, is_fast
+from kb_eval.eval.judge.static import static_flags
 from kb_eval.results import Flag, SampleRecord
 
 
@@ -220,7 +221,7 @@ def test_into_buffers_keeps_addresses():
 # ------------------------------------------------------------------ leftover processes
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux /proc")
 def test_sweep_kills_marker_less_escapee_only():
-    from kb_eval.eval.reaper import sweep_escapees
+    from kb_eval.eval.schedule.reaper import sweep_escapees
     from kb_eval.isolation import _become_subreaper
 
     _become_subreaper()

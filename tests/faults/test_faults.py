@@ -189,7 +189,7 @@ def test_vandal_changes_no_verdict(cpu_run):
 def test_escape_from_the_sandbox_marker(tmp_path_factory):
     """A descendant that drops the KB_EVAL_SANDBOX marker from its environment (exec with
     env={}) and leaves its session is invisible to a marker-based reaper; the eval's
-    sweep (kb_eval/eval/reaper.py) ends it and names it on the record."""
+    sweep (kb_eval/eval/schedule/reaper.py) ends it and names it on the record."""
     run = evaluate([("escape_env", "escape_env.py", SCALE_ADD)], "cpp", tmp_path_factory,
                    "escape")
     r = _record(run, "escape_env")

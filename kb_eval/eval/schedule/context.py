@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kb_eval.errors import UserError
-from kb_eval.eval import pch
-from kb_eval.eval.build import is_gcc, toolchain_fingerprint
+from kb_eval.eval.schedule import pch
+from kb_eval.eval.schedule.build import is_gcc, toolchain_fingerprint
 from kb_eval.eval.config import EvalConfig
 from kb_eval.inputs import derive_seed
 from kb_eval.isolation import NICE_VAR

@@ -10,19 +10,20 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kb_eval.eval.build import BuildOutcome, crash_info, source_sha256, status_of
-from kb_eval.eval.context import EvalContext
-from kb_eval.eval.correctness import info_from_diffs, tolerances
-from kb_eval.eval.guards import dedupe, judge
-from kb_eval.eval.labels import PROBE_LABEL, TIMED_LABEL
-from kb_eval.eval.probes import recheck_count
-from kb_eval.eval.reaper import sweep_escapees
-from kb_eval.eval.references import ReferenceRun, ReferenceStore
-from kb_eval.eval.rules import (child_flags, completeness, constant_reference,
+from kb_eval.eval.judge.crashes import crash_info, status_of
+from kb_eval.eval.schedule.build import BuildOutcome, source_sha256
+from kb_eval.eval.schedule.context import EvalContext
+from kb_eval.eval.judge.correctness import info_from_diffs, tolerances
+from kb_eval.eval.judge.guards import dedupe, judge
+from kb_eval.eval.wire.labels import PROBE_LABEL, TIMED_LABEL
+from kb_eval.eval.child.probes import recheck_count
+from kb_eval.eval.schedule.reaper import sweep_escapees
+from kb_eval.eval.judge.references import ReferenceRun, ReferenceStore
+from kb_eval.eval.judge.rules import (child_flags, completeness, constant_reference,
                                 physical_floor, shape_probe, timing_plausible)
-from kb_eval.eval.score import VOIDS_SPEEDUP
-from kb_eval.eval.static import static_flags
-from kb_eval.eval.worker import BEFORE_PROBE, Laps
+from kb_eval.eval.judge.score import VOIDS_SPEEDUP
+from kb_eval.eval.judge.static import static_flags
+from kb_eval.eval.child.worker import BEFORE_PROBE, Laps
 from kb_eval.isolation import ChildOutcome, run_isolated
 from kb_eval.problems import Problem
 from kb_eval.results import CrashInfo, Flag, SampleRecord
@@ -98,7 +99,7 @@ def evaluate_sample(ctx: EvalContext, refs: ReferenceStore, task: SampleTask,
                "seed": ctx.problem_seed(task.problem), "correct_trials": cfg.correct_trials,
                "timing": cfg.timing.model_dump(), "recheck_timed": cfg.recheck_timed}
     window = _WINDOWS.begin()
-    out = run_isolated("kb_eval.eval.worker:run_candidate", payload, workdir=run_dir,
+    out = run_isolated("kb_eval.eval.child.worker:run_candidate", payload, workdir=run_dir,
                        timeout_s=cfg.run_timeout_s, mem_limit_mb=cfg.mem_limit_mb,
                        env=ctx.device_env(device), prewarm=True,
                        warm_cuda=device != "cpu")

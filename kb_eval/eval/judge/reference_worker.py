@@ -1,7 +1,7 @@
 """The reference side of a sample, in one long-lived trusted child per device.
 
 `compare_sample` runs in an `isolation.Server` (no candidate code ever runs in that
-process; it only reads the candidate's output files, kb_eval/eval/outputs.py, which hold
+process; it only reads the candidate's output files, kb_eval/eval/wire/outputs.py, which hold
 no code). Per sample it runs `Model` on the labels asked (correctness trials, the shape
 probe, timed calls by the candidate's seeds) and compares each output with the candidate's
 file for that label, on the device. Reference outputs never touch the disk.
@@ -27,11 +27,11 @@ from types import ModuleType
 
 import torch
 
-from kb_eval.eval import outputs
-from kb_eval.eval.correctness import judge_file
-from kb_eval.eval.guards import observe, output_tensors
-from kb_eval.eval.labels import label_name
-from kb_eval.eval.probes import (copy_bandwidth, empty_call_ms, probe_inputs, same_outputs,
+from kb_eval.eval.wire import outputs
+from kb_eval.eval.judge.correctness import judge_file
+from kb_eval.eval.child.observe import observe, output_tensors
+from kb_eval.eval.wire.labels import label_name
+from kb_eval.eval.child.probes import (copy_bandwidth, empty_call_ms, probe_inputs, same_outputs,
                                  sync, tensor_bytes)
 from kb_eval.harness import inputs_for, load_problem, reference_model, time_model
 from kb_eval.inputs import copy_tree, make_inputs, precision_dtype, set_precision_flags

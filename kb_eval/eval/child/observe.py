@@ -1,16 +1,12 @@
-"""Guards: checks that a candidate plays by the rules, beyond matching numbers.
-
-Child side (run inside the worker, on the reference too, so rules the reference itself
-breaks are not held against the candidate):
+"""What one call of a model shows, observed in the process that ran it (the candidate's
+child, and the reference server the same way, so rules the reference itself breaks are
+not held against the candidate):
 - `output_tensors`: the output is an exact `torch.Tensor` or a tuple/list of them (no
   subclass that could fake comparisons, no lazy object);
 - `aliased_inputs`: which outputs share storage with an input (returning an input);
 - `mutated_inputs`: which inputs changed during the call (compared with a copy made before);
-- the device of each output (a GPU problem answered on the CPU is not an answer);
-- whether the output changed after the call returned (`unsettled`, seen by the worker).
-Parent side: `judge` turns the child's observations into `Flag`s; severity `error` makes a
-sample incorrect. The other rules (tripwires, completeness, physical floor, constant
-references, shape probe) are in `rules`, the static checks in `static`.
+- the device of each output (a GPU problem answered on the CPU is not an answer).
+The judge (kb_eval/eval/judge/guards.py) turns these observations into flags.
 """
 
 from __future__ import annotations
@@ -18,9 +14,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-
-from kb_eval.results import Flag
-
 
 class OutputTypeError(Exception):
     """The output is not an exact tensor or a tuple/list of exact tensors."""
@@ -82,42 +75,3 @@ def observe(out: Any, inputs: list, pristine: list | None) -> tuple[list[torch.T
     if pristine is not None:
         seen["mutated"] = mutated_inputs(inputs, pristine)
     return tensors, seen
-
-
-# ------------------------------------------------------------------ parent side
-def judge(candidate_seen: dict[str, dict], reference_seen: dict[str, dict]) -> list[Flag]:
-    """Flags for behaviour the candidate shows and the reference does not (per label)."""
-    flags: list[Flag] = []
-    for label, seen in candidate_seen.items():
-        ref = reference_seen.get(label, {})
-        if seen.get("aliased") and not ref.get("aliased"):
-            flags.append(Flag(code="output_aliases_input", severity="error",
-                              message=f"{label}: output(s) {seen['aliased']} share memory "
-                                      f"with an input"))
-        if "devices" in ref and seen.get("devices", ref["devices"]) != ref["devices"]:
-            flags.append(Flag(code="output_device", severity="error",
-                              message=f"{label}: outputs on {seen['devices']}, the reference's "
-                                      f"on {ref['devices']}"))
-        if seen.get("mutated") and not ref.get("mutated"):
-            flags.append(Flag(code="input_mutated", severity="error",
-                              message=f"{label}: input(s) {seen['mutated']} were modified "
-                                      f"by the call"))
-        if seen.get("unsettled"):
-            flags.append(Flag(code="output_changed_after_return", severity="error",
-                              message=f"{label}: the output was still being written after "
-                                      f"the call returned (work hidden from the timer)"))
-    return dedupe(flags)
-
-
-def dedupe(flags: list[Flag]) -> list[Flag]:
-    """One flag per code (the first), with a count of the others in its message."""
-    by_code: dict[str, list[Flag]] = {}
-    for f in flags:
-        by_code.setdefault(f.code, []).append(f)
-    out = []
-    for fs in by_code.values():
-        f = fs[0]
-        if len(fs) > 1:
-            f = f.model_copy(update={"message": f"{f.message} (and {len(fs) - 1} more calls)"})
-        out.append(f)
-    return out

@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from kb_eval.eval.judge.crashes import crash_info, status_of
 from kb_eval.isolation import BUILD_POLL_S, ChildOutcome, run_isolated
 from kb_eval.results import BuildInfo, CrashInfo, write_json_atomic
 
@@ -109,7 +110,7 @@ def _is_build_error(e: BaseException) -> bool:
 
 def build_candidate(payload: dict, workdir: Path) -> dict:
     """Exec the source with the build cache as extensions folder (compiles load_inline)."""
-    from kb_eval.eval.worker import use_build_dirs
+    from kb_eval.eval.child.worker import use_build_dirs
     from kb_eval.problems import load_module
 
     use_build_dirs(payload)
@@ -195,7 +196,7 @@ class Builder:
             if not needs_build(source):
                 return BuildOutcome(BuildInfo(cache_key=key, status="skipped"), str(ext_dir))
             ext_dir.mkdir(parents=True, exist_ok=True)
-            out = run_isolated("kb_eval.eval.build:build_candidate",
+            out = run_isolated("kb_eval.eval.schedule.build:build_candidate",
                                {"source": source, "extensions_dir": str(ext_dir)},
                                workdir=workdir, timeout_s=self.timeout_s,
                                mem_limit_mb=self.mem_limit_mb, env=self.env, prewarm=True,
@@ -225,25 +226,3 @@ class Builder:
 
 
 # ------------------------------------------------------------------ crash kinds
-_SIGNAL_KINDS = {"SIGSEGV": "segfault", "SIGABRT": "abort", "SIGBUS": "bus_error",
-                 "SIGFPE": "fpe", "SIGILL": "illegal_instruction", "SIGKILL": "killed",
-                 "SIGALRM": "timeout"}
-
-
-def crash_info(phase: str, out: ChildOutcome) -> CrashInfo:
-    """Name what ended a child that returned no result."""
-    if out.status in ("timeout", "oom", "output_flood"):
-        kind = out.status
-    elif out.status == "crashed" and out.signal_name:
-        kind = _SIGNAL_KINDS.get(out.signal_name, out.signal_name.lower())
-    elif out.status in ("crashed", "no_result"):
-        kind = "exit"  # the process ended itself (os._exit, sys.exit in a thread, ...)
-    else:
-        kind = "error"  # an exception escaped the task (SystemExit, KeyboardInterrupt)
-    return CrashInfo(phase=phase, kind=kind, exit_code=out.exit_code, signal=out.signal_name,
-                     output_tail=out.output_tail[-4000:])
-
-
-def status_of(crash: CrashInfo) -> str:
-    """A sample's status for a child that died: timeout / oom / output_flood / crashed."""
-    return crash.kind if crash.kind in ("timeout", "oom", "output_flood") else "crashed"

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from kb_eval.eval.guards import _same
+from kb_eval.eval.child.observe import _same
 from kb_eval.inputs import make_inputs
 from kb_eval.timing import TimingSettings, time_callable
 

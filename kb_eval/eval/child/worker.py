@@ -1,5 +1,5 @@
 """The candidate's child: one candidate run (runs isolated; the reference side is
-kb_eval/eval/reference_worker.py).
+kb_eval/eval/judge/reference_worker.py).
 
 `run_candidate` (candidate code runs here and nowhere else, besides its build child):
   problem loaded, reference weights built, every correctness input drawn, tripwires set
@@ -13,7 +13,7 @@ kb_eval/eval/reference_worker.py).
   one call on a batch one smaller (shape probe). Tripwires are checked after every step
   and every call; Python threads the candidate left are listed.
 
-The outputs are saved as `<label>.out` (kb_eval/eval/outputs.py: raw tensors, no pickle),
+The outputs are saved as `<label>.out` (kb_eval/eval/wire/outputs.py: raw tensors, no pickle),
 read and judged on the reference side once this child has ended. Seeds come in derived
 (never the run's secret). A `phase` file tells the parent where a child that died was;
 before the shape probe (the one step that may legitimately crash a kernel written for
@@ -34,11 +34,11 @@ import torch
 # the load itself when the candidate arrives.
 import torch.utils.cpp_extension  # noqa: F401
 
-from kb_eval.eval import outputs
-from kb_eval.eval.guards import OutputTypeError, aliased_inputs, observe, output_tensors
-from kb_eval.eval.integrity import Snapshot
-from kb_eval.eval.labels import PROBE_LABEL, label_name
-from kb_eval.eval.probes import (changed_inputs, fresh_seed, into_buffers, probe_inputs,
+from kb_eval.eval.wire import outputs
+from kb_eval.eval.child.observe import OutputTypeError, aliased_inputs, observe, output_tensors
+from kb_eval.eval.child.integrity import Snapshot
+from kb_eval.eval.wire.labels import PROBE_LABEL, label_name
+from kb_eval.eval.child.probes import (changed_inputs, fresh_seed, into_buffers, probe_inputs,
                                  recheck_count, settled, sync, tensor_bytes, thread_names)
 from kb_eval.harness import INIT_SEED, inputs_for, load_problem, reference_model
 from kb_eval.inputs import build_model, copy_tree, make_inputs, precision_dtype

@@ -1,6 +1,6 @@
 """Correctness, judged on the reference server, where no candidate code ever ran.
 
-The candidate child wrote `<label>.out` (kb_eval/eval/outputs.py: raw tensors behind a
+The candidate child wrote `<label>.out` (kb_eval/eval/wire/outputs.py: raw tensors behind a
 checked header, no pickle) per checked call; the reference side computes the same call,
 reads the candidate's file (no larger than a few times the reference's outputs) and
 compares on the device. A trial passes when every output has the reference's shape and dtype,
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from kb_eval.eval import outputs
+from kb_eval.eval.wire import outputs
 from kb_eval.inputs import TOLERANCES
 from kb_eval.results import CorrectnessInfo
 

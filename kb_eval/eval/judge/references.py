@@ -1,6 +1,6 @@
 """The reference side of a sample, from the parent: one trusted server per device.
 
-Each device gets an `isolation.Server` running kb_eval/eval/reference_worker.py: a
+Each device gets an `isolation.Server` running kb_eval/eval/judge/reference_worker.py: a
 long-lived child where no candidate code ever runs. Per sample it runs `Model` on the
 sample's labels (the correctness trials, the shape probe, the timed calls the candidate
 reported with their seeds) and compares each output with the candidate's file at once, on
@@ -20,10 +20,10 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kb_eval.eval.build import crash_info
-from kb_eval.eval.context import EvalContext
-from kb_eval.eval.correctness import tolerances
-from kb_eval.eval.labels import parse_label
+from kb_eval.eval.judge.crashes import crash_info
+from kb_eval.eval.schedule.context import EvalContext
+from kb_eval.eval.judge.correctness import tolerances
+from kb_eval.eval.wire.labels import parse_label
 from kb_eval.isolation import ChildOutcome, Server
 from kb_eval.problems import Problem
 from kb_eval.results import CrashInfo
@@ -65,7 +65,7 @@ class ReferenceStore:
     def __init__(self, ctx: EvalContext):
         self.ctx = ctx
         root = ctx.invocation_dir / "refs"
-        self.servers = {d: Server("kb_eval.eval.reference_worker:compare_sample",
+        self.servers = {d: Server("kb_eval.eval.judge.reference_worker:compare_sample",
                                   ctx.device_env(d), root / d.replace("/", "_"),
                                   warm_cuda=d != "cpu") for d in ctx.devices}
         for server in self.servers.values():
