@@ -26,7 +26,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from kb_eval.cli import Parser, add_precision_flag, add_selection_flags, run_cli
+from kb_eval.cli import (Parser, add_execution_flags, add_precision_flag,
+                         add_selection_flags, execution_config, run_cli)
 from kb_eval.errors import UserError
 from kb_eval.isolation import run_isolated
 from kb_eval.problems import Problem, load_problems
@@ -151,7 +152,49 @@ def parser(defaults) -> Parser:
                    help="where the references run (default: cpu; outputs do not depend on it)")
     p.add_argument("--timeout", type=float, default=defaults.run_timeout_s,
                    help=f"seconds per problem (default: {defaults.run_timeout_s:g})")
+    h = p.add_argument_group("--harness: the reference as its own candidate, through the real eval")
+    h.add_argument("--harness", action="store_true",
+                   help="evaluate each problem's reference as the candidate (build, child, "
+                        "reference server, live baseline) and report whether it is judged "
+                        "correct, its memory, determinism, speedup (~1.0) and wall time; "
+                        "exit 1 if any problem cannot be judged here. Run it first on a new "
+                        "problem set or GPU")
+    h.add_argument("--backend", choices=["auto", "cuda", "cpp"], default="auto",
+                   help="where the copies run: cuda (GPU) or cpp (CPU); auto: cuda with a "
+                        "GPU (default: auto)")
+    h.add_argument("--trials", type=int, default=None,
+                   help=f"timed calls per copy (default: {defaults.trials} on GPU, "
+                        f"{defaults.cpu_trials} on CPU)")
+    h.add_argument("--correct-trials", type=int, default=defaults.correct_trials,
+                   help=f"correctness trials per copy (default: {defaults.correct_trials})")
+    h.add_argument("--out", type=Path, default=None,
+                   help="the JSON report (default: <results-dir>/check/<hardware>/"
+                        "harness_<source>_<precision>.json)")
+    h.add_argument("--results-dir", type=Path, default=defaults.results_dir,
+                   help=f"where results live (default: {defaults.results_dir})")
+    add_execution_flags(p, defaults)
     return p
+
+
+def harness_main(args, d) -> int:
+    import torch
+
+    from kb_eval.eval.config import EvalConfig
+    from kb_eval.selfcheck import run_harness_check
+    from kb_eval.timing import TimingSettings
+
+    problems = load_problems(args.source, args.level, args.problems, args.name)
+    backend = args.backend if args.backend != "auto" else (
+        "cuda" if torch.cuda.is_available() else "cpp")
+    cpu = backend == "cpp"
+    if args.trials is not None and args.trials < 1:
+        raise UserError(f"--trials must be at least 1 (got {args.trials})")
+    timing = TimingSettings(warmup=d.cpu_warmup if cpu else d.warmup,
+                            trials=args.trials or (d.cpu_trials if cpu else d.trials))
+    config = EvalConfig(backend=backend, precision=args.precision, timing=timing,
+                        correct_trials=args.correct_trials, live_baseline=True,
+                        results_dir=args.results_dir, **execution_config(args))
+    return run_harness_check(problems, config, args.out, args.source)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -159,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
 
     d = load_settings().defaults
     args = parser(d).parse_args(argv)
+    if args.harness:
+        return harness_main(args, d)
     if args.seeds < 2:
         raise UserError(f"--seeds must be at least 2 to compare seeds (got {args.seeds})")
     problems = load_problems(args.source, args.level, args.problems, args.name)

@@ -203,3 +203,10 @@ def load_module(code: str, module_name: str) -> types.ModuleType:
     sys.modules[module_name] = module
     exec(compile(code, module.__file__, "exec"), module.__dict__)
     return module
+
+
+def reference_copy(problem: "Problem") -> str:
+    """A candidate that is the problem's own reference (`ModelNew = Model`): what
+    `check --harness` evaluates, and the control when it is unclear whose fault a failure
+    was. It must be judged correct at a speedup of about 1."""
+    return f"{problem.code.rstrip()}\n\n\nModelNew = Model  # kb-eval: the reference as the candidate\n"

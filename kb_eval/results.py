@@ -97,6 +97,9 @@ class BaselineRecord(BaseModel):
     output_tail: str | None = None
     timing: TimingStats | None = None
     wall_s: float | None = None
+    # The most device memory one reference forward held, its inputs included (bytes; on a
+    # CPU: its inputs and outputs). The eval's memory plan reads it.
+    peak_mem_bytes: int | None = None
 
 
 class BaselineFile(FileHeader):
@@ -159,8 +162,9 @@ class SampleRecord(BaseModel):
     backend: str = ""
     precision: str = ""
     source_sha256: str = ""
-    # correct | incorrect | compile_error | runtime_error | crashed | timeout | oom |
-    # output_flood | reference_error
+    # The candidate's: correct | incorrect | compile_error | runtime_error | crashed |
+    # timeout | oom | output_flood. The evaluator's or the problem's (HARNESS_STATUSES,
+    # counted apart, never a candidate failure): eval_error | reference_error | too_large.
     status: str = "not_run"
     compiled: bool = False
     correct: bool = False
@@ -178,7 +182,19 @@ class SampleRecord(BaseModel):
     # Seconds per step (build, wait for a device, run, reference, read, judge): where an
     # evaluation's time goes.
     phases: dict[str, float] = Field(default_factory=dict)
+    # Device memory (bytes): the reference's footprint and free memory from the plan, the
+    # candidate's own peak (its child's report: diagnostics, never scored).
+    memory: dict[str, int | None] = Field(default_factory=dict)
+    retried: str | None = None  # why the sample was evaluated a second time, if it was
+    # Whether the reference gave bit-identical outputs on the same inputs twice (None: not
+    # measured): a non-deterministic reference needs a tolerance, not equality.
+    reference_deterministic: bool | None = None
     finished: str = Field(default_factory=now_iso)
+
+
+# Statuses that say the evaluator (or the problem) could not judge the sample: no verdict
+# on the candidate. `--resume` evaluates such samples again.
+HARNESS_STATUSES = frozenset({"eval_error", "reference_error", "too_large"})
 
 
 class RunSummary(BaseModel):
@@ -192,6 +208,11 @@ class RunSummary(BaseModel):
     geomean_speedup: float | None = None  # over correct samples
     pass_at_k: dict[str, float] = Field(default_factory=dict)  # "pass@1", ...
     status_counts: dict[str, int] = Field(default_factory=dict)
+    # Samples the evaluator could not judge (HARNESS_STATUSES), and the problems left out
+    # of every rate's denominator because none of their samples was judged.
+    eval_errors: int = 0
+    excluded_problems: list[str] = Field(default_factory=list)
+    note: str | None = None
 
 
 class RunFile(FileHeader):

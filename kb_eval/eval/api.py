@@ -22,8 +22,8 @@ from kb_eval.eval.schedule.context import EvalContext
 from kb_eval.eval.schedule.pool import EvalPool
 from kb_eval.eval.judge.score import summarize
 from kb_eval.problems import Problem
-from kb_eval.results import (Producer, RunFile, SampleRecord, now_iso, read_model,
-                             write_json_atomic)
+from kb_eval.results import (HARNESS_STATUSES, Producer, RunFile, SampleRecord, now_iso,
+                             read_model, write_json_atomic)
 
 Pair = tuple  # (Problem, int, str) or (Problem, int, str, int)
 
@@ -109,11 +109,16 @@ class RunWriter:
         return old
 
     def done(self) -> set[tuple[str, int, int]]:
-        return {(r.key, r.sample, r.turn) for r in self.file.samples}
+        """Samples with a verdict; those the evaluator could not judge are done again."""
+        return {(r.key, r.sample, r.turn) for r in self.file.samples
+                if r.status not in HARNESS_STATUSES}
 
     def add(self, record: SampleRecord) -> None:
+        """Add a record, replacing an earlier one of the same sample and turn (a retry)."""
+        slot = (record.key, record.sample, record.turn)
         with self.lock:
-            self.file.samples.append(record)
+            self.file.samples = [r for r in self.file.samples
+                                 if (r.key, r.sample, r.turn) != slot] + [record]
             self._write()
 
     def _write(self) -> None:

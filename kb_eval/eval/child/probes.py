@@ -5,8 +5,10 @@
 - `regenerate` + `same_tree`: inputs are a pure function of their seed, so instead of
   copying every input before a call we draw them again when we need the pristine values
   (to see whether a call, or anything before it, modified them).
-- `settled_outputs`: snapshot the outputs, wait, synchronize, compare: an output still
-  being written after the call returned (a thread, a stream the sync missed) differs.
+- `settled`: save the outputs, wait, synchronize, compare: an output still being
+  written after the call returned (a thread, a stream the sync missed) differs.
+- `fingerprint`: two 64-bit sums over a tensor's bits, so inputs drawn before candidate
+  code loads can be checked later without keeping them (gigabytes on large problems).
 - `probe_inputs`: the problem's inputs with the batch (first) dimension one smaller, to see
   whether a candidate computes the operation or only the one shape it was shown.
 - `thread_names`: Python threads alive now (a candidate's own threads show up here).
@@ -19,7 +21,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -30,6 +32,7 @@ from kb_eval.timing import TimingSettings, time_callable
 SETTLE_S = 0.01  # how long an output must stay unchanged after its call returned
 SETTLE_MAX_S = 0.5
 RECHECK_BUDGET_BYTES = 4 << 30  # outputs of re-checked timed calls kept, per sample
+SNAPSHOT_MAX_BYTES = 256 << 20  # larger outputs are fingerprinted, not cloned, to settle
 
 
 def recheck_count(asked: int, n_calls: int, out_bytes: int | None) -> int:
@@ -37,7 +40,6 @@ def recheck_count(asked: int, n_calls: int, out_bytes: int | None) -> int:
     than 4 GiB of outputs allow (never fewer than one). Child and parent both use it."""
     fit = RECHECK_BUDGET_BYTES // max(int(out_bytes or 0), 1)
     return max(0, min(asked, n_calls, max(1, fit)))
-
 
 
 def fresh_seed() -> int:
@@ -93,14 +95,74 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def settled(tensors: list[torch.Tensor], device: torch.device,
-            call_s: float) -> tuple[bool, list[torch.Tensor]]:
-    """Snapshot the outputs as the call left them, wait, synchronize, compare: (whether
-    they stayed the same, the snapshot: what the call returned, which is what is judged)."""
-    snapshot = [t.detach().clone() for t in tensors]
-    time.sleep(min(SETTLE_MAX_S, SETTLE_S + 2 * call_s))
+def settled(tensors: list[torch.Tensor], device: torch.device, call_s: float,
+            save: Callable[[list[torch.Tensor]], None]) -> bool:
+    """Save the outputs as the call left them, wait, synchronize, and see whether they
+    stayed the same (False: something still wrote to them after the call returned).
+
+    Small outputs are snapshotted (a clone: what is saved is exactly what the call
+    returned). Large ones are fingerprinted before they are saved and again after the
+    wait, so checking costs no second copy of a multi-GiB output on the device; a write
+    that lands during the save changes the second fingerprint, so it is still caught."""
+    wait = min(SETTLE_MAX_S, SETTLE_S + 2 * call_s)
+    if tensor_bytes(tensors) <= SNAPSHOT_MAX_BYTES:
+        snapshot = [t.detach().clone() for t in tensors]
+        time.sleep(wait)
+        sync(device)
+        save(snapshot)
+        return all(same_tensor(t.detach(), s) for t, s in zip(tensors, snapshot))
+    before = fingerprints(tensors)
+    save(tensors)
+    time.sleep(wait)
     sync(device)
-    return all(same_tensor(t.detach(), s) for t, s in zip(tensors, snapshot)), snapshot
+    return fingerprints(tensors) == before
+
+
+# Integer views of each element size, for fingerprints and bitwise comparison.
+_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+_FP_CHUNK = 1 << 24  # elements per fingerprint step: ~3 x 128 MB of temporaries at most
+_FP_WEIGHTS: dict[torch.device, torch.Tensor] = {}
+
+
+def _weights(device: torch.device) -> torch.Tensor:
+    """Odd 63-bit multipliers from the OS's randomness, one per position in a chunk, so a
+    fingerprint changes when elements move, not only when their sum does."""
+    if device not in _FP_WEIGHTS:
+        g = torch.Generator().manual_seed(fresh_seed())
+        w = torch.randint(0, 2 ** 62, (_FP_CHUNK,), generator=g, dtype=torch.int64) * 2 + 1
+        _FP_WEIGHTS[device] = w.to(device)
+    return _FP_WEIGHTS[device]
+
+
+def fingerprint(t: torch.Tensor) -> tuple:
+    """A tensor's dtype, shape and two 64-bit sums over its bits (plain and weighted by
+    position), computed in chunks on its own device: equal for bit-identical tensors and,
+    short of a deliberate collision, different otherwise. Used where a full copy for an
+    exact comparison would cost gigabytes (inputs drawn for a later check, large outputs)."""
+    t = t.detach()
+    flat = torch.view_as_real(t).reshape(-1) if t.is_complex() else t.reshape(-1)
+    if flat.dtype == torch.bool:
+        flat = flat.view(torch.uint8)
+    elif flat.is_floating_point():
+        flat = flat.view(_BITS[flat.element_size()])
+    w = _weights(flat.device)
+    plain = weighted = 0
+    for k, s in enumerate(range(0, flat.numel(), _FP_CHUNK)):
+        c = flat[s:s + _FP_CHUNK].to(torch.int64)
+        plain += int(c.sum())
+        weighted += int((c * w[:c.numel()]).sum()) * (2 * k + 1)
+    return str(t.dtype), tuple(t.shape), plain, weighted % (1 << 64)
+
+
+def fingerprints(xs: list) -> list:
+    """Fingerprints of the tensors in a list of inputs or outputs (other values as is)."""
+    return [fingerprint(x) if isinstance(x, torch.Tensor) else repr(x) for x in xs]
+
+
+def changed_since(xs: list, prints: list) -> list[int]:
+    """Indices of tensors whose fingerprint is no longer the one recorded."""
+    return [i for i, (x, p) in enumerate(zip(xs, prints))
+            if isinstance(x, torch.Tensor) and fingerprint(x) != p]
 
 
 def probe_inputs(inputs: list) -> list | None:

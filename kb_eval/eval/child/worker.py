@@ -38,8 +38,9 @@ from kb_eval.eval.wire import outputs
 from kb_eval.eval.child.observe import OutputTypeError, aliased_inputs, observe, output_tensors
 from kb_eval.eval.child.integrity import Snapshot
 from kb_eval.eval.wire.labels import PROBE_LABEL, label_name
-from kb_eval.eval.child.probes import (changed_inputs, fresh_seed, into_buffers, probe_inputs,
-                                 recheck_count, settled, sync, tensor_bytes, thread_names)
+from kb_eval.eval.child.probes import (changed_inputs, changed_since, fingerprints, fresh_seed,
+                                       into_buffers, probe_inputs, recheck_count, settled,
+                                       sync, tensor_bytes, thread_names)
 from kb_eval.harness import INIT_SEED, inputs_for, load_problem, reference_model
 from kb_eval.inputs import build_model, copy_tree, make_inputs, precision_dtype
 from kb_eval.problems import load_module
@@ -65,6 +66,8 @@ def failure(status: str, phase: str, exc: BaseException) -> dict:
     text = f"{type(exc).__name__}: {exc}".strip()
     if any(m in text for m in CUDA_ERROR_MARKERS):
         status = "cuda_error"
+    elif isinstance(exc, torch.OutOfMemoryError):
+        status = "oom"
     return {"status": status, "phase": phase, "error": text.splitlines()[0][:500],
             "detail": traceback.format_exc()[-6000:]}
 
@@ -127,9 +130,11 @@ def run_candidate(payload: dict, workdir: Path) -> dict:
     use_build_dirs(payload)
     module, init = load_problem(payload["problem_code"], precision, device)
     ref_state = reference_model(module, copy_tree(init), precision, device).state_dict()
-    # Drawn before candidate code exists in this process: it cannot steer them.
-    trial_inputs = [inputs_for(module, seed, ("correct", i), precision, device)
-                    for i in range(n_trials)]
+    # Drawn before candidate code exists in this process, so it cannot steer them, and
+    # kept as fingerprints only: each trial's inputs are drawn again right before its
+    # call and must match. Keeping the inputs themselves would hold n_trials copies on the
+    # device (80 GiB for a 16 GiB KernelBench input) while the candidate runs.
+    trial_prints = [_prints_of(module, seed, i, precision, device) for i in range(n_trials)]
     watch = Watch()  # last thing before candidate code: everything of ours is loaded
 
     set_phase(workdir, "load")
@@ -154,11 +159,10 @@ def run_candidate(payload: dict, workdir: Path) -> dict:
     buffers = None  # every trial's inputs land at the first trial's addresses
     for i in range(n_trials):
         label = label_name(("correct", i))
-        inputs = buffers = into_buffers(buffers, trial_inputs[i])
-        trial_inputs[i] = None
+        inputs = buffers = into_buffers(buffers, inputs_for(module, seed, ("correct", i),
+                                                             precision, device))
         try:
-            _correctness_call(model, module, seed, i, inputs, payload, workdir, device,
-                              seen, watch)
+            _correctness_call(model, i, inputs, trial_prints[i], workdir, device, seen, watch)
         except OutputTypeError as e:
             return {**failure("runtime_error", "correctness", e), "output_type": True}
         except Exception as e:  # noqa: BLE001
@@ -186,26 +190,31 @@ def run_candidate(payload: dict, workdir: Path) -> dict:
     steps.lap("probe")
     watch.check("probe")
     result.update(watch.report())
+    if device.type == "cuda":  # diagnostics (the candidate could fake it): never scored
+        result["peak_mem_bytes"] = torch.cuda.max_memory_allocated(device)
     return result
 
 
-def _correctness_call(model, module, seed: int, i: int, inputs: list, payload: dict,
-                      workdir: Path, device: torch.device, seen: dict, watch: Watch) -> None:
+def _prints_of(module, seed: int, i: int, precision: str, device: torch.device) -> list:
+    inputs = inputs_for(module, seed, ("correct", i), precision, device)
+    return fingerprints(inputs)
+
+
+def _correctness_call(model, i: int, inputs: list, prints: list, workdir: Path,
+                      device: torch.device, seen: dict, watch: Watch) -> None:
     label = label_name(("correct", i))
-    # Inputs are a function of their seed: draw them again for the pristine values.
-    pristine = inputs_for(module, seed, ("correct", i), payload["precision"], device)
-    if changed_inputs(inputs, pristine):
+    if changed_since(inputs, prints):  # not what was drawn before candidate code loaded
         watch.inputs_tampered.append(label)
     t0 = time.perf_counter()
     with torch.no_grad():
         out = model(*inputs)
     sync(device)
     call_s = time.perf_counter() - t0
-    tensors, seen[label] = observe(out, inputs, pristine)
-    calm, snapshot = settled(tensors, device, call_s)
-    seen[label]["unsettled"] = not calm
+    tensors, seen[label] = observe(out, inputs, None)
+    seen[label]["mutated"] = changed_since(inputs, prints)
     seen[label]["bytes"] = tensor_bytes(tensors)
-    save_outputs(workdir, label, snapshot)
+    calm = settled(tensors, device, call_s, lambda ts: save_outputs(workdir, label, ts))
+    seen[label]["unsettled"] = not calm
 
 
 def _time_candidate(model, module, payload: dict, workdir: Path, device: torch.device,
@@ -250,11 +259,11 @@ def _recheck(tensors, module, current: dict, i: int, device, dtype, workdir: Pat
     label = label_name(("timing", i, current["seed"]))
     inputs = current["inputs"]
     pristine = make_inputs(module.get_inputs, current["seed"], device, dtype)
-    calm, snapshot = settled(tensors, device, 0.0)
-    seen[label] = {"aliased": aliased_inputs(tensors, inputs),
-                   "mutated": changed_inputs(inputs, pristine),
+    mutated = changed_inputs(inputs, pristine)
+    del pristine
+    calm = settled(tensors, device, 0.0, lambda ts: save_outputs(workdir, label, ts))
+    seen[label] = {"aliased": aliased_inputs(tensors, inputs), "mutated": mutated,
                    "devices": [t.device.type for t in tensors], "unsettled": not calm}
-    save_outputs(workdir, label, snapshot)
 
 
 def _shape_probe(model, module, seed: int, payload: dict, workdir: Path,

@@ -19,6 +19,7 @@ reference's timing (live baseline).
 
 from __future__ import annotations
 
+import gc
 import hashlib
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -31,14 +32,20 @@ from kb_eval.eval.wire import outputs
 from kb_eval.eval.judge.correctness import judge_file
 from kb_eval.eval.child.observe import observe, output_tensors
 from kb_eval.eval.wire.labels import label_name
-from kb_eval.eval.child.probes import (copy_bandwidth, empty_call_ms, probe_inputs, same_outputs,
-                                 sync, tensor_bytes)
+from kb_eval.eval.child.probes import (changed_since, copy_bandwidth, empty_call_ms,
+                                       fingerprints, probe_inputs, sync, tensor_bytes)
 from kb_eval.harness import inputs_for, load_problem, reference_model, time_model
-from kb_eval.inputs import copy_tree, make_inputs, precision_dtype, set_precision_flags
+from kb_eval.faults import inject_fault
+from kb_eval.inputs import (make_init_inputs, make_inputs, precision_dtype,
+                            set_precision_flags)
 from kb_eval.timing import TimingSettings
 
 MAX_PROBLEMS = 8  # problems kept loaded (models hold their weights)
-KEEP_SHARE = 0.1  # reference outputs kept on a GPU: at most this share of its memory
+# Reference outputs kept on a GPU between samples: at most this share of its memory. They
+# stay resident while candidates run, so they are part of the harness's footprint (the
+# memory plan in docs/GUARANTEES.md); 3 % is 2.4 GB on an 80 GB H100.
+KEEP_SHARE = 0.03
+RELEASE_SLACK = 1 << 30  # cached allocator blocks beyond what is kept: returned after a call
 
 
 @dataclass
@@ -47,16 +54,16 @@ class Problem:
     model: torch.nn.Module
     outputs: dict[str, list[torch.Tensor]] = field(default_factory=dict)
     seen: dict[str, dict] = field(default_factory=dict)
-    first: list[torch.Tensor] | None = None  # correct_0's outputs: input-independent?
+    first: list | None = None  # fingerprints of correct_0's outputs: input-independent?
+    peak_bytes: int | None = None  # the device memory a forward took, inputs included
 
     @property
     def bytes(self) -> int:
-        return sum(tensor_bytes(ts) for ts in self.outputs.values()) + tensor_bytes(self.first or [])
+        return sum(tensor_bytes(ts) for ts in self.outputs.values())
 
     def forget_outputs(self) -> None:
         self.outputs.clear()
         self.seen.clear()
-        self.first = None
 
 
 _LOADED: OrderedDict[str, Problem] = OrderedDict()
@@ -109,17 +116,20 @@ def _reference_outputs(p: Problem, payload: dict, name: str, kind: str, i: int, 
         return p.outputs[name], p.seen[name]
     precision, seed = payload["precision"], payload["seed"]
     inputs = _inputs(p.module, seed, kind, i, label_seed, precision, device)
-    pristine = copy_tree(inputs)
+    prints = fingerprints(inputs)  # not a copy: inputs may be gigabytes
+    before = _reset_peak(device)
     with torch.no_grad():
         out = p.model(*inputs)
     sync(device)
-    tensors, seen = observe(out, inputs, pristine)
+    _note_peak(p, device, before)
+    tensors, seen = observe(out, inputs, None)
+    seen["mutated"] = changed_since(inputs, prints)
     tensors = [t.detach() for t in tensors]
     if kind == "correct":
         if p.first is None:
-            p.first = tensors  # fresh outputs, never written again
+            p.first = fingerprints(tensors)
         else:
-            seen["same_as_first"] = same_outputs(tensors, p.first)
+            seen["same_as_first"] = fingerprints(tensors) == p.first
     if label_seed is None and _room_for(tensor_bytes(tensors), device,
                                         payload.get("keep_bytes", 0)):
         p.outputs[name], p.seen[name] = tensors, seen
@@ -130,10 +140,14 @@ def compare_sample(payload: dict, workdir: Path) -> dict:
     """`Model` on payload["labels"], each output compared with the candidate's file for
     that label in payload["compare"]["folder"] (the candidate child has ended)."""
     device = torch.device(payload["device"])
+    if payload.get("plan"):
+        return plan_problem(payload, device)
+    inject_fault("reference_kill")
     p = _problem(payload, device)
     compare = payload["compare"]
     seen: dict[str, dict] = {}
     diffs: dict[str, dict] = {}
+    refs = None
     for label in payload["labels"]:
         kind, i, *rest = label
         label_seed = rest[0] if rest else None
@@ -158,7 +172,63 @@ def compare_sample(payload: dict, workdir: Path) -> dict:
     if payload.get("timing") is not None:
         result["timing"] = time_model(p.model, p.module, payload["seed"], payload["precision"],
                                       device, settings).model_dump()
+    del refs
+    release(device)
     return result
+
+
+def _reset_peak(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 0
+    torch.cuda.reset_peak_memory_stats(device)
+    return torch.cuda.memory_allocated(device)
+
+
+def _note_peak(p: Problem, device: torch.device, before: int) -> None:
+    """The most device memory one forward took above what was held before it (its
+    inputs were drawn just before, so they are not counted here: added by the plan)."""
+    if device.type == "cuda":
+        peak = torch.cuda.max_memory_allocated(device) - before
+        p.peak_bytes = max(p.peak_bytes or 0, peak)
+
+
+def release(device: torch.device, force: bool = False) -> None:
+    """Give the device back what this process does not keep: a candidate runs next on
+    the same GPU and must find the memory a user would expect free. Cached allocator
+    blocks beyond the kept outputs go back to the driver (a few ms; skipped when small)."""
+    if device.type != "cuda":
+        return
+    kept = sum(p.bytes for p in _LOADED.values())
+    if force or torch.cuda.memory_reserved(device) > kept + RELEASE_SLACK:
+        gc.collect()
+        torch.cuda.empty_cache()
+
+
+def plan_problem(payload: dict, device: torch.device) -> dict:
+    """What the memory plan needs, allocating nothing of the problem's size: the bytes of
+    its inputs and outputs (from `get_inputs` and a forward on the meta device, where
+    tensors have shapes but no memory), its weights, and what the device offers once
+    this process has released what it does not keep. `release` with `drop=True` first
+    when asked (a retry after a candidate ran out of memory)."""
+    if payload.get("drop"):
+        _LOADED.clear()
+    release(device, force=bool(payload.get("drop")))
+    module, init = load_problem(payload["problem_code"], payload["precision"], device)
+    plan: dict = {"in_bytes": None, "out_bytes": None}
+    dtype = precision_dtype(payload["precision"])
+    try:
+        meta_inputs = make_inputs(module.get_inputs, 0, "meta", dtype)
+        plan["in_bytes"] = tensor_bytes(meta_inputs)
+        with torch.device("meta"):
+            model = module.Model(*make_init_inputs(module.get_init_inputs, "meta"))
+            out = model.to(dtype=dtype)(*meta_inputs)
+        plan["out_bytes"] = tensor_bytes(output_tensors(out))
+        plan["weights_bytes"] = sum(tensor_bytes(t) for t in model.state_dict().values())
+    except Exception as e:  # noqa: BLE001 - an op without a meta kernel: sizes unknown
+        plan["meta_error"] = f"{type(e).__name__}: {e}".splitlines()[0][:200]
+    if device.type == "cuda":
+        plan["free_bytes"], plan["total_bytes"] = torch.cuda.mem_get_info(device)
+    return plan
 
 
 def _floor_metrics(p: Problem, payload: dict, device: torch.device,
@@ -173,7 +243,12 @@ def _floor_metrics(p: Problem, payload: dict, device: torch.device,
             out = p.model(*inputs)
         sync(device)
         l2 = torch.cuda.get_device_properties(device).L2_cache_size if device.type == "cuda" else 0
-        return {"in_bytes": tensor_bytes(list(inputs)), "out_bytes": tensor_bytes(output_tensors(out)),
+        outs = output_tensors(out)
+        deterministic = None if p.first is None else fingerprints(outs) == p.first
+        in_bytes, out_bytes = tensor_bytes(list(inputs)), tensor_bytes(outs)
+        peak = None if p.peak_bytes is None else in_bytes + p.peak_bytes
+        return {"in_bytes": in_bytes, "out_bytes": out_bytes, "peak_bytes": peak,
+                "deterministic": deterministic,
                 "l2_bytes": l2, "empty_call_ms": empty_call_ms(device, settings, inputs),
                 "copy_bytes_per_s": copy_bandwidth(device)}
     except Exception as e:  # noqa: BLE001 - no floor then, but the outputs still count

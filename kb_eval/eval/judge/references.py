@@ -16,6 +16,7 @@ an answer (killed from outside, say) is started again and asked once more.
 
 from __future__ import annotations
 
+import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +40,47 @@ class ReferenceState:
     error: str | None = None
     detail: str | None = None
     crash: CrashInfo | None = None
+    harness: bool = False  # the error is the server's (died, killed), not the reference's
+    plan: MemoryPlan | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+@dataclass
+class MemoryPlan:
+    """Whether a problem can be judged on a device, from the reference's footprint
+    (inputs + outputs, or the baseline's measured peak when larger) and what the device
+    offers with the evaluator idle (free GPU memory after the reference server released
+    what it does not keep; on a CPU, the children's memory limit)."""
+    need_bytes: int | None = None
+    free_bytes: int | None = None
+    reason: str | None = None  # set: too large to judge here
+
+    @property
+    def fits(self) -> bool:
+        return self.reason is None
+
+
+def gib(n: int | None) -> str:
+    return "?" if n is None else f"{n / (1 << 30):.1f} GiB"
+
+
+def make_plan(sizes: dict, baseline_peak: int | None, mem_limit_mb: int | None) -> MemoryPlan:
+    """The plan from the server's sizes (plan_problem) and the baseline's peak."""
+    known = [sizes.get("in_bytes"), sizes.get("out_bytes"), baseline_peak]
+    need = None
+    if sizes.get("in_bytes") is not None:
+        need = max(sizes["in_bytes"] + (sizes.get("out_bytes") or 0), baseline_peak or 0)
+    elif baseline_peak:
+        need = baseline_peak
+    free = sizes.get("free_bytes")
+    if free is None and mem_limit_mb:
+        free = mem_limit_mb << 20  # a CPU: the host memory a child may use
+    plan = MemoryPlan(need, free)
+    if need is not None and free is not None and need > free:
+        where = "free on the device" if "free_bytes" in sizes else "under the memory limit"
+        plan.reason = (f"the reference needs {gib(need)} ({'inputs ' + gib(known[0])}, "
+                       f"outputs {gib(known[1])}), {gib(free)} {where}")
+    return plan
 
 
 @dataclass
@@ -77,6 +118,26 @@ class ReferenceStore:
         with self._guard:
             return self._states.setdefault(problem.key, ReferenceState())
 
+    def plan(self, problem: Problem, device: str, baseline_peak: int | None = None,
+             drop: bool = False) -> MemoryPlan:
+        """The problem's memory plan on `device` (measured once per problem; `drop`
+        measures again after the server dropped everything it keeps)."""
+        state = self._state(problem)
+        with state.lock:
+            if state.plan is not None and not drop:
+                return state.plan
+            cfg = self.ctx.config
+            payload = {"plan": True, "drop": drop, "problem_code": problem.code,
+                       "device": self.ctx.torch_device(device), "precision": cfg.precision}
+            out = self._call(device, payload)
+            sizes = (out.result or {}) if out.ok else {}
+            state.plan = make_plan(sizes, baseline_peak,
+                                   cfg.mem_limit_mb if device == "cpu" else None)
+            if state.plan.reason and not drop:  # one line per problem; the run goes on
+                print(f"kb_eval: {problem.key} ({problem.name}) is too large to judge on "
+                      f"{device}: {state.plan.reason}", file=sys.stderr)
+            return state.plan
+
     def compare(self, problem: Problem, labels: list[str], folder: Path,
                 device: str) -> ReferenceRun:
         """Run the reference on `labels` and compare with the candidate's files in
@@ -84,6 +145,9 @@ class ReferenceStore:
         runs alone; later ones may run side by side on several devices."""
         state = self._state(problem)
         with state.lock:
+            if state.error and state.harness:  # the server died last time: try again
+                state.error = state.detail = state.crash = None
+                state.harness = False
             if state.error:
                 return ReferenceRun(state)
             first = state.metrics is None or (self.ctx.config.live_baseline and not state.timed)
@@ -105,8 +169,11 @@ class ReferenceStore:
                    "keep_bytes": keep_bytes(cfg.mem_limit_mb)}
         out = self._call(device, payload)
         if not out.ok:
+            # An exception of the reference's own code on its own trials fails the
+            # problem; a server that died or was killed is the evaluator's fault.
             state.error = f"reference {out.describe()}"
             state.detail = out.output_tail[-4000:]
+            state.harness = out.status != "error" or "OutOfMemoryError" in (out.error or "")
             if out.status != "error":
                 state.crash = crash_info("reference", out)
             return ReferenceRun(state)

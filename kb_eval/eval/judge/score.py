@@ -1,6 +1,8 @@
 """Scores of a run: pure functions of the sample records and of what was asked.
 
-Denominator: the problems asked, each weighing the same whatever its number of samples.
+Denominator: the problems asked, each weighing the same whatever its number of samples;
+a problem none of whose samples the evaluator could judge (eval_error, reference_error,
+too_large) is left out and listed in `excluded_problems`.
 A problem's rate is the share of its `samples_per_problem` asked samples that pass; a
 missing or failed sample counts as not compiled, not correct, not fast. With one sample
 per problem this is KernelBench's definition: fast_p = share of problems that are correct
@@ -16,7 +18,7 @@ import math
 from collections import Counter
 from typing import Iterable
 
-from kb_eval.results import RunSummary, SampleRecord
+from kb_eval.results import HARNESS_STATUSES, RunSummary, SampleRecord
 
 FAST_P = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
 PASS_K = (1, 5, 10)
@@ -90,6 +92,12 @@ def summarize(records: Iterable[SampleRecord], problems_asked: Iterable[str],
               ks: Iterable[int] = PASS_K) -> RunSummary:
     records = list(records)
     grouped = _by_problem(records, list(dict.fromkeys(problems_asked)))
+    harness = [r for rs in grouped.values() for r in rs if r.status in HARNESS_STATUSES]
+    # A problem none of whose samples was judged says nothing of the candidate: it leaves
+    # the denominator (and the summary says so). One judged sample keeps it in.
+    excluded = [k for k, rs in grouped.items()
+                if rs and all(r.status in HARNESS_STATUSES for r in rs)]
+    grouped = {k: rs for k, rs in grouped.items() if k not in excluded}
     n_problems = len(grouped)
     # A problem with more records than asked (e.g. a rerun) uses them all as its n.
     n_of = {k: max(samples_per_problem, len(rs)) for k, rs in grouped.items()}
@@ -115,7 +123,13 @@ def summarize(records: Iterable[SampleRecord], problems_asked: Iterable[str],
         fast_p={fast_p_name(p): rate(lambda r, p=p: is_fast(r, p)) for p in fast_ps},
         geomean_speedup=geometric_mean(counted_speedup(r) for r in correct),
         pass_at_k=pass_k,
-        status_counts=dict(Counter(r.status for rs in grouped.values() for r in rs)),
+        status_counts=dict(Counter(r.status for rs in grouped.values() for r in rs)
+                           + Counter(r.status for r in harness)),
+        eval_errors=len(harness),
+        excluded_problems=excluded,
+        note=(f"{len(excluded)} problem(s) left out of every rate: the evaluator could not "
+              f"judge any of their samples ({', '.join(sorted({r.status for r in harness}))})"
+              if excluded else None),
     )
 
 

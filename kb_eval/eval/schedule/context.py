@@ -95,6 +95,11 @@ class EvalContext:
         rec = self.baseline.records.get(problem.key)
         return rec.timing if rec is not None and rec.status == "ok" else None
 
+    def baseline_peak(self, problem: Problem) -> int | None:
+        """The reference's peak device memory measured by the baseline stage, if known."""
+        rec = self.baseline.records.get(problem.key) if self.baseline is not None else None
+        return rec.peak_mem_bytes if rec is not None else None
+
     def check_baseline_covers(self, problems: list[Problem]) -> None:
         """Every asked problem has an ok baseline record (else: a clear error)."""
         if self.baseline is None:

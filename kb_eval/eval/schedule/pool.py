@@ -91,13 +91,25 @@ class EvalPool:
     # ---------------------------------------------------------------- devices
     def _device_loop(self, device: str) -> None:
         while (task := self.ready.get()) is not _STOP:
-            try:
-                record = evaluate_sample(self.ctx, self.refs, task, device)
-            except Exception:  # noqa: BLE001 - our bug: record it, keep going
-                record = self._internal_error(task)
+            record = self._evaluate_retrying(task, device)
             self._finish(task, record)
             if self._abandoned:
                 kill_running(self.prefix)
+
+    def _evaluate_retrying(self, task: SampleTask, device: str) -> SampleRecord:
+        """An exception of ours while evaluating: once more from the start (a passing
+        fault), then the sample's `eval_error` record; the run goes on either way."""
+        for attempt in (1, 2):
+            try:
+                record = evaluate_sample(self.ctx, self.refs, task, device)
+                if attempt == 2:
+                    record.retried = record.retried or "an exception in the evaluator"
+                return record
+            except Exception:  # noqa: BLE001 - our bug: record it, keep going
+                if attempt == 2:
+                    return self._internal_error(task)
+                task.laps.restart()
+        raise AssertionError("unreachable")
 
     def _internal_error(self, task: SampleTask) -> SampleRecord:
         text = traceback.format_exc()

@@ -18,15 +18,16 @@ from kb_eval.eval.judge.guards import dedupe, judge
 from kb_eval.eval.wire.labels import PROBE_LABEL, TIMED_LABEL
 from kb_eval.eval.child.probes import recheck_count
 from kb_eval.eval.schedule.reaper import sweep_escapees
-from kb_eval.eval.judge.references import ReferenceRun, ReferenceStore
+from kb_eval.eval.judge.references import MemoryPlan, ReferenceRun, ReferenceStore
 from kb_eval.eval.judge.rules import (child_flags, completeness, constant_reference,
                                 physical_floor, shape_probe, timing_plausible)
 from kb_eval.eval.judge.score import VOIDS_SPEEDUP
 from kb_eval.eval.judge.static import static_flags
 from kb_eval.eval.child.worker import BEFORE_PROBE, Laps
 from kb_eval.isolation import ChildOutcome, run_isolated
-from kb_eval.problems import Problem
-from kb_eval.results import CrashInfo, Flag, SampleRecord
+from kb_eval.faults import inject_fault
+from kb_eval.problems import Problem, reference_copy
+from kb_eval.results import BuildInfo, CrashInfo, Flag, SampleRecord
 from kb_eval.timing import TimingStats
 
 
@@ -61,7 +62,9 @@ def record_build_failure(ctx: EvalContext, task: SampleTask) -> SampleRecord:
     record, b = new_record(ctx, task), task.build
     record.build = b.info
     record.error, record.detail = b.error, b.detail
-    if b.crash is not None:
+    if getattr(b, "harness_error", None):  # our toolchain failed: no verdict
+        record.status, record.error = "eval_error", f"build: {b.harness_error}"
+    elif b.crash is not None:
         record.status = status_of(b.crash)
         record.crash = b.crash
     else:
@@ -86,10 +89,81 @@ def _crashed(record: SampleRecord, out: ChildOutcome, phase: str) -> None:
 
 def evaluate_sample(ctx: EvalContext, refs: ReferenceStore, task: SampleTask,
                     device: str) -> SampleRecord:
-    """On one device: the candidate child, then the reference server that compares its
-    outputs; then the rules. Returns the finished record."""
-    cfg = ctx.config
+    """On one device: check the memory plan, evaluate, and evaluate once more when the
+    first try failed for a reason that may be the evaluator's (a fault persisting on the
+    retry is `eval_error`, never the candidate's). Returns the finished record."""
     task.laps.lap("wait")
+    plan = refs.plan(task.problem, device, ctx.baseline_peak(task.problem))
+    if not plan.fits:
+        return finish(unjudged(ctx, task, "too_large", plan.reason, plan), task)
+    record = evaluate_once(ctx, refs, task, device)
+    record.memory.update(reference_need=plan.need_bytes, free=plan.free_bytes)
+    why = harness_suspect(record)
+    if why is None:
+        return record
+    if record.status == "oom":  # the harness gives back all it can, then the candidate
+        plan = refs.plan(task.problem, device, ctx.baseline_peak(task.problem), drop=True)
+    task.laps.restart()
+    retry = evaluate_once(ctx, refs, task, device)
+    retry.retried = why
+    if harness_suspect(retry) is None or retry.status == "oom":
+        return finish(retry, task)  # the candidate's own verdict
+    if _setup_failure(retry) and _control_sets_up(ctx, refs, task, device):
+        return finish(retry, task)  # the reference copy got past setup: the candidate's
+    detail = retry.detail
+    retry = unjudged(ctx, task, "eval_error",
+                     f"evaluator fault, also on the retry: {retry.error}", plan)
+    retry.detail, retry.retried = detail, why
+    return finish(retry, task)
+
+
+def _setup_failure(record: SampleRecord) -> bool:
+    return record.crash is not None and record.crash.phase == "setup"
+
+
+def _control_sets_up(ctx: EvalContext, refs: ReferenceStore, task: SampleTask,
+                     device: str) -> bool:
+    """Whether the problem's own reference, run as the candidate the same way, gets past
+    setup. The child reports its phase itself, so a candidate could claim to have died
+    before its code loaded; the control decides whose fault it was."""
+    control = SampleTask(problem=task.problem, sample=task.sample, turn=task.turn,
+                         source=reference_copy(task.problem), workdir=task.workdir / "control")
+    control.build = BuildOutcome(BuildInfo(cache_key="control", status="skipped"),
+                                 str(task.workdir / "control" / "ext"))
+    return not _setup_failure(evaluate_once(ctx, refs, control, device))
+
+
+def harness_suspect(record: SampleRecord) -> str | None:
+    """Why a failed record may be the evaluator's doing, or None: the candidate's child
+    failed before the candidate's code loaded, the reference server died, the candidate
+    ran out of memory (the harness may have held some), or our judging code raised."""
+    if record.status in ("eval_error", "oom"):
+        return f"{record.status}: {record.error}"
+    if record.crash is not None and record.crash.phase == "setup":
+        return f"the child failed before the candidate's code loaded: {record.error}"
+    if record.status == "reference_error" and (
+            record.crash is not None or "OutOfMemoryError" in (record.error or "")):
+        return f"the reference server failed: {record.error}"
+    return None
+
+
+def unjudged(ctx: EvalContext, task: SampleTask, status: str, why: str | None,
+             plan: MemoryPlan | None) -> SampleRecord:
+    """A record with no verdict on the candidate (HARNESS_STATUSES)."""
+    record = new_record(ctx, task)
+    record.build = task.build.info if task.build else None
+    record.compiled = bool(task.build and task.build.info.status == "ok")
+    record.status, record.error = status, why
+    if plan is not None:
+        record.memory = {"reference_need": plan.need_bytes, "free": plan.free_bytes}
+    return record
+
+
+def evaluate_once(ctx: EvalContext, refs: ReferenceStore, task: SampleTask,
+                  device: str) -> SampleRecord:
+    """The candidate child, then the reference server that compares its outputs; then
+    the rules."""
+    cfg = ctx.config
     record = new_record(ctx, task)
     record.build = task.build.info
     run_dir = task.workdir / "run"
@@ -134,9 +208,18 @@ def evaluate_sample(ctx: EvalContext, refs: ReferenceStore, task: SampleTask,
     # A timed call the reference could not redo (a seed it refused) is not re-checked:
     # it then counts as missing (timed_recheck_missing).
     labels = [lb for lb in labels if lb in ref.diffs]
+    inject_fault("judge_exception")
     _judge(ctx, task, record, result, labels, ref)
+    metrics = ref.state.metrics or {}
+    record.memory = {"reference_peak": metrics.get("peak_bytes"),
+                     "candidate_peak": _int_or_none(result.get("peak_mem_bytes"))}
+    record.reference_deterministic = metrics.get("deterministic")
     task.laps.lap("judge")
     return finish(record, task)
+
+
+def _int_or_none(x: object) -> int | None:
+    return x if type(x) is int else None
 
 
 def _child_steps(steps: object) -> dict[str, float]:
@@ -188,9 +271,12 @@ def _child_failure(record: SampleRecord, result: dict) -> SampleRecord:
         record.crash = CrashInfo(phase=phase, kind="cuda_error", output_tail=record.detail or "")
     elif result.get("output_type"):
         record.status = "incorrect"
-    else:
-        record.status = status or "runtime_error"
+    else:  # the child's word: only statuses that blame the candidate are taken from it
+        record.status = status if status in CHILD_STATUSES else "runtime_error"
     return record
+
+
+CHILD_STATUSES = frozenset({"compile_error", "runtime_error", "oom"})
 
 
 def labels_to_check(cfg, saved: object) -> list[str]:

@@ -1,0 +1,47 @@
+"""Fault injection for the tests of the evaluator's own failures (never set in real runs).
+
+`$KB_EVAL_FAULTS` names a folder; a file there named after a point makes that point fail:
+the point's code calls `inject_fault(point)`. A file whose text is `once` is removed as it
+fires (the fault happens once, a retry then succeeds); any other file fires every time.
+Points: `reference_kill` (the reference server kills itself in the middle of a sample),
+`judge_exception` (an exception in the parent while it judges a sample).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+VAR = "KB_EVAL_FAULTS"
+
+
+class InjectedFault(RuntimeError):
+    pass
+
+
+def _armed(point: str) -> bool:
+    folder = os.environ.get(VAR)
+    if not folder:
+        return False
+    path = Path(folder) / point
+    try:
+        once = path.read_text().strip() == "once"
+    except OSError:
+        return False
+    if once:
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            return False  # another process fired it first
+    return True
+
+
+def inject_fault(point: str) -> None:
+    """Fail here if the test armed this point: `*_kill` points SIGKILL this process,
+    the others raise InjectedFault."""
+    if not _armed(point):
+        return
+    if point.endswith("_kill"):
+        os.kill(os.getpid(), signal.SIGKILL)
+    raise InjectedFault(f"injected fault at {point}")
