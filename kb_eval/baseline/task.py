@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch
+
 from kb_eval.harness import (compile_model, load_problem, pick_device, reference_model,
                              time_model)
 from kb_eval.timing import TimingSettings
@@ -12,10 +14,19 @@ from kb_eval.timing import TimingSettings
 def time_reference(payload: dict, workdir: Path) -> dict:
     device = pick_device(payload.get("device"))
     precision = payload["precision"]
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
     module, init = load_problem(payload["code"], precision, device)
     model = reference_model(module, init, precision, device)
     if payload.get("mode", "eager") != "eager":
         model = compile_model(model, payload["mode"].removeprefix("compile-"))
     settings = TimingSettings.model_validate(payload["timing"])
     stats = time_model(model, module, payload["secret"], precision, device, settings)
-    return {"timing": stats.model_dump()}
+    return {"timing": stats.model_dump(), "peak_mem_bytes": _peak(device)}
+
+
+def _peak(device: torch.device) -> int | None:
+    """The most device memory this child held at once: weights, a call's inputs (a fresh
+    set is drawn per call), outputs and temporaries, the L2-flush buffer. The eval plans
+    each problem's memory from it; None on a CPU."""
+    return torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None

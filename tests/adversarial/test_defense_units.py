@@ -187,16 +187,48 @@ def test_probe_inputs_and_regeneration():
     assert probes.changed_inputs(first, again) == [0]
 
 
+def _settle(tensors):
+    saved = []
+    calm = probes.settled(tensors, torch.device("cpu"), 0.0, lambda ts: saved.extend(ts))
+    return calm, saved
+
+
 def test_settled_sees_late_writes():
     out = torch.zeros(4)
-    calm, snap = probes.settled([out], torch.device("cpu"), 0.0)
+    calm, snap = _settle([out])
     assert calm and probes.same_tensor(snap[0], out)
 
     import threading
     late = torch.zeros(4)
     threading.Timer(0.002, lambda: late.fill_(1.0)).start()
-    calm, snap = probes.settled([late], torch.device("cpu"), 0.0)
+    calm, snap = _settle([late])
     assert not calm and snap[0].sum() == 0  # judged as the call left it
+
+
+def test_settled_large_outputs_by_fingerprint(monkeypatch):
+    """Outputs over the snapshot size are fingerprinted, not cloned: a late write is still
+    seen."""
+    monkeypatch.setattr(probes, "SNAPSHOT_MAX_BYTES", 8)
+    out = torch.zeros(64)
+    assert _settle([out])[0]
+    import threading
+    late = torch.zeros(64)
+    threading.Timer(0.002, lambda: late.fill_(1.0)).start()
+    assert not _settle([late])[0]
+
+
+def test_fingerprint_sees_any_change_and_moves():
+    a = torch.randn(1000)
+    assert probes.fingerprint(a) == probes.fingerprint(a.clone())
+    swapped = a.clone()
+    swapped[3], swapped[4] = a[4].item(), a[3].item()  # same sum, elements moved
+    assert probes.fingerprint(swapped) != probes.fingerprint(a)
+    one_ulp = a.clone()
+    one_ulp[7] = torch.nextafter(a[7], torch.tensor(float("inf")))
+    assert probes.fingerprint(one_ulp) != probes.fingerprint(a)
+    assert probes.fingerprint(a.double()) != probes.fingerprint(a)  # dtype is part of it
+    assert probes.changed_since([a, 3], probes.fingerprints([a, 3])) == []
+    assert probes.changed_since([swapped], probes.fingerprints([a])) == [0]
 
 
 def test_same_outputs_is_bit_identity():

@@ -53,6 +53,7 @@ class MemoryPlan:
     what it does not keep; on a CPU, the children's memory limit)."""
     need_bytes: int | None = None
     free_bytes: int | None = None
+    out_bytes: int | None = None  # one call's outputs (sizes how many are checked)
     reason: str | None = None  # set: too large to judge here
 
     @property
@@ -75,7 +76,7 @@ def make_plan(sizes: dict, baseline_peak: int | None, mem_limit_mb: int | None) 
     free = sizes.get("free_bytes")
     if free is None and mem_limit_mb:
         free = mem_limit_mb << 20  # a CPU: the host memory a child may use
-    plan = MemoryPlan(need, free)
+    plan = MemoryPlan(need, free, sizes.get("out_bytes"))
     if need is not None and free is not None and need > free:
         where = "free on the device" if "free_bytes" in sizes else "under the memory limit"
         plan.reason = (f"the reference needs {gib(need)} ({'inputs ' + gib(known[0])}, "

@@ -41,6 +41,7 @@ class SampleTask:
     started: float = field(default_factory=time.monotonic)
     build: BuildOutcome | None = None
     laps: Laps = field(default_factory=Laps)
+    correct_trials: int | None = None  # set by the memory plan (large outputs: fewer)
 
 
 def new_record(ctx: EvalContext, task: SampleTask) -> SampleRecord:
@@ -96,6 +97,7 @@ def evaluate_sample(ctx: EvalContext, refs: ReferenceStore, task: SampleTask,
     plan = refs.plan(task.problem, device, ctx.baseline_peak(task.problem))
     if not plan.fits:
         return finish(unjudged(ctx, task, "too_large", plan.reason, plan), task)
+    task.correct_trials = trials_for(ctx.config.correct_trials, plan.out_bytes)
     record = evaluate_once(ctx, refs, task, device)
     record.memory.update(reference_need=plan.need_bytes, free=plan.free_bytes)
     why = harness_suspect(record)
@@ -170,7 +172,7 @@ def evaluate_once(ctx: EvalContext, refs: ReferenceStore, task: SampleTask,
     payload = {"problem_code": task.problem.code, "source": task.source,
                "extensions_dir": task.build.extensions_dir,
                "device": ctx.torch_device(device), "precision": cfg.precision,
-               "seed": ctx.problem_seed(task.problem), "correct_trials": cfg.correct_trials,
+               "seed": ctx.problem_seed(task.problem), "correct_trials": _trials(cfg, task),
                "timing": cfg.timing.model_dump(), "recheck_timed": cfg.recheck_timed}
     window = _WINDOWS.begin()
     out = run_isolated("kb_eval.eval.child.worker:run_candidate", payload, workdir=run_dir,
@@ -197,7 +199,7 @@ def evaluate_once(ctx: EvalContext, refs: ReferenceStore, task: SampleTask,
     task.laps.seconds.update(_child_steps(result.get("steps")))
     if result.get("status") != "ok":
         return finish(_child_failure(record, result), task)
-    labels = labels_to_check(cfg, result.get("saved"))
+    labels = labels_to_check(cfg, result.get("saved"), _trials(cfg, task))
     probe = [PROBE_LABEL] if result.get("probe") == PROBE_LABEL else []
     ref = refs.compare(task.problem, labels + probe, run_dir, device)
     task.laps.lap("reference")
@@ -279,7 +281,24 @@ def _child_failure(record: SampleRecord, result: dict) -> SampleRecord:
 CHILD_STATUSES = frozenset({"compile_error", "runtime_error", "oom"})
 
 
-def labels_to_check(cfg, saved: object) -> list[str]:
+FILES_BUDGET = 16 << 30  # output files one sample writes for its correctness trials
+
+
+def trials_for(asked: int, out_bytes: int | None) -> int:
+    """Correctness trials for outputs of `out_bytes`: as asked, but their files (each
+    trial's outputs go to disk for the reference server) within 16 GiB, and at least two.
+    A KernelBench L1Norm writes 8 GiB per call: 5 trials, a re-checked timed call and the
+    shape probe would write 56 GiB, most of the device machine's disk."""
+    if not out_bytes:
+        return asked
+    return max(min(asked, 2), min(asked, FILES_BUDGET // out_bytes))
+
+
+def _trials(cfg, task: SampleTask) -> int:
+    return task.correct_trials or cfg.correct_trials
+
+
+def labels_to_check(cfg, saved: object, correct_trials: int | None = None) -> list[str]:
     """Every correctness trial (decided here, not by the child), plus the re-checked timed
     calls the child reports, if well-formed, one per call, no more than were asked for."""
     n_calls = cfg.timing.trials + (1 if cfg.timing.discard_first else 0)
@@ -289,7 +308,8 @@ def labels_to_check(cfg, saved: object) -> list[str]:
                 and int(m.group(2), 16) < 2 ** 63):
             by_call.setdefault(int(m.group(1)), s)
     timed = [by_call[i] for i in sorted(by_call)]
-    return [f"correct_{i}" for i in range(cfg.correct_trials)] + timed[:cfg.recheck_timed]
+    n = correct_trials or cfg.correct_trials
+    return [f"correct_{i}" for i in range(n)] + timed[:cfg.recheck_timed]
 
 
 def expected_rechecks(cfg, metrics: dict | None) -> int:
@@ -320,7 +340,7 @@ def _judge(ctx: EvalContext, task: SampleTask, record: SampleRecord, result: dic
     record.status = "correct" if record.correct else "incorrect"
     if record.correct:  # findings that matter only for a sample that counts
         record.flags.extend(static_flags(task.source))
-        record.flags.extend(constant_reference(ref.seen, labels[:cfg.correct_trials]))
+        record.flags.extend(constant_reference(ref.seen, labels[:_trials(cfg, task)]))
         record.flags.extend(_probe_flags(result, ref.diffs))
     else:
         reasons = record.correctness.failures[:1] + [f.message for f in record.flags

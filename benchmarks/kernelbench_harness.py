@@ -1,0 +1,69 @@
+"""Run `check --harness` over KernelBench levels and print one line per level: how many
+problems the evaluator can judge on this machine, what remains and why, and the wall time.
+
+    python benchmarks/kernelbench_harness.py --source ../shared/kernelbench --levels 1 2 3 \
+        --out results/harness [--trials 20] [--problems 1-50]
+
+Each level's JSON report lands in --out (harness_level<N>.json); per-level summaries are
+printed at the end (the figures quoted for the GPU machine in the closing notes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+
+def run_level(args, level: int) -> dict:
+    out = Path(args.out) / f"harness_level{level}{args.tag}.json"
+    cmd = [sys.executable, "-m", "kb_eval.check", "--harness", "--source", args.source,
+           "--level", str(level), "--out", str(out), "--trials", str(args.trials)]
+    if args.problems:
+        cmd += ["--problems", args.problems]
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd, text=True, capture_output=True)
+    wall = time.monotonic() - t0
+    sys.stdout.write(proc.stdout[-6000:])
+    sys.stderr.write(proc.stderr[-3000:])
+    rows = json.loads(out.read_text())["problems"] if out.exists() else []
+    return {"level": level, "rc": proc.returncode, "wall_s": round(wall, 1), "rows": rows}
+
+
+def summary(r: dict) -> str:
+    rows = r["rows"]
+    statuses = Counter(x["status"] for x in rows)
+    copy = sorted(x["speedup"] for x in rows if x["speedup"])
+    within = sum(0.97 <= s <= 1.03 for s in copy)
+    med = copy[len(copy) // 2] if copy else float("nan")
+    bad = [f"{x['key']} {x['status']}: {(x['reason'] or '')[:120]}" for x in rows
+           if not x["judgeable"]]
+    nondet = sum(x["deterministic"] is False for x in rows)
+    text = (f"level {r['level']}: {len(rows)} problems, {dict(statuses)}, rc {r['rc']}, "
+            f"wall {r['wall_s']} s ({r['wall_s'] / max(len(rows), 1):.2f} s/problem); copy "
+            f"speedup median {med:.3f}, {within}/{len(copy)} within [0.97, 1.03]; "
+            f"non-deterministic references {nondet}")
+    return "\n".join([text] + [f"   not judgeable: {b}" for b in bad])
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--source", required=True, help="a KernelBench-layout folder")
+    p.add_argument("--levels", type=int, nargs="+", default=[1, 2, 3])
+    p.add_argument("--problems", default=None, help="ids and ranges within each level")
+    p.add_argument("--trials", type=int, default=20, help="timed calls per copy (default 20)")
+    p.add_argument("--out", default="results/harness", help="folder for the JSON reports")
+    p.add_argument("--tag", default="", help="suffix for the report names")
+    args = p.parse_args()
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    results = [run_level(args, level) for level in args.levels]
+    print("\n".join(summary(r) for r in results))
+    return 0 if all(r["rc"] == 0 for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
