@@ -11,6 +11,7 @@ import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 
 CUDA_SRC = r"""
+// ---- BEGIN generated from _parts/layernorm_epilogue.cuh: edit there, then run reference_kernels/generate.py ----
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -138,12 +139,14 @@ cudaError_t launch_bias_act_res_ln(bool bf16, bool gelu, const void* y, const vo
 #undef KBR_LAUNCH
   return cudaGetLastError();
 }
+// ---- END generated from _parts/layernorm_epilogue.cuh ----
 """
 
 CPP_SRC = r"""
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
+// ---- BEGIN generated from _parts/cublas_fused_forward.cpp: edit there, then run reference_kernels/generate.py ----
 cudaError_t launch_bias_act_res_ln(bool bf16, bool gelu, const void* y, const void* b, const void* res,
                                    const void* gamma, const void* beta, void* out, int M, float eps,
                                    cudaStream_t stream);
@@ -170,6 +173,7 @@ torch::Tensor cublas_fused_forward(torch::Tensor x, torch::Tensor w, torch::Tens
   TORCH_CHECK(err == cudaSuccess, "bias_act_res_ln launch: ", cudaGetErrorString(err));
   return out;
 }
+// ---- END generated from _parts/cublas_fused_forward.cpp ----
 """
 
 _ext = load_inline(

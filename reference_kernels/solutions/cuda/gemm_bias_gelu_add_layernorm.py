@@ -16,11 +16,14 @@ from torch.utils.cpp_extension import load_inline
 
 CUDA_SRC = r"""
 #define KB_ONLY_EPI 2
+// ---- BEGIN generated from _parts/gemm_core.cuh: edit there, then run reference_kernels/generate.py ----
 // ---- tiled tensor-core GEMM core: acc[BM x BN] = A[m0:m0+BM, :] . W[n0:n0+BN, :]^T ----
 // A is [M, K] row-major, W is [N, K] row-major (nn.Linear's weight), both K-contiguous.
 // fp32: 3xTF32 split precision on mma.m16n8k8 (a = hi + lo; hi*hi + hi*lo + lo*hi), which
 // keeps fp32 accuracy; bf16: mma.m16n8k16 with ldmatrix. Shared memory holds one k-tile as
 // 128-byte rows (32 fp32 or 64 bf16 per row), filled by cp.async in a STAGES-deep ring.
+// Then the GEMM kernel with its epilogue in registers, and launch_gemm_epilogue(); a file that
+// needs one epilogue #defines KB_ONLY_EPI to it first, so only that one is compiled.
 #include <cuda_bf16.h>
 #include <stdint.h>
 #include <cuda_runtime.h>
@@ -45,9 +48,38 @@ __device__ __forceinline__ int swz(int r, int c) {
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
 }
+// ---- BEGIN generated from _parts/ptx_mma.cuh: edit there, then run reference_kernels/generate.py ----
+// PTX wrappers shared by the tensor-core kernels (GEMM core, softmax attention), spliced into
+// each one's namespace: cp.async groups, the 3xTF32 split, mma.sync on tf32 and bf16.
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+__device__ __forceinline__ void split_tf32(float x, uint32_t& hi, uint32_t& lo) {
+  const uint32_t h = __float_as_uint(x) & 0xffffe000u;  // x truncated to tf32
+  const float l = x - __uint_as_float(h);              // exact remainder
+  uint32_t lr;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(lr) : "f"(l));
+  hi = h;
+  lo = lr;
+}
+
+__device__ __forceinline__ void mma_tf32(float* d, const uint32_t* a, const uint32_t* b) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+__device__ __forceinline__ void mma_bf16(float* d, const uint32_t* a, const uint32_t* b) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+// ---- END generated from _parts/ptx_mma.cuh ----
 
 template <typename T>
 __device__ __forceinline__ void load_tile(uint32_t s, const T* __restrict__ A, const T* __restrict__ W,
@@ -67,23 +99,6 @@ __device__ __forceinline__ void load_tile(uint32_t s, const T* __restrict__ A, c
   }
 }
 
-__device__ __forceinline__ void split_tf32(float x, uint32_t& hi, uint32_t& lo) {
-  const uint32_t h = __float_as_uint(x) & 0xffffe000u;  // x truncated to tf32
-  const float l = x - __uint_as_float(h);              // exact remainder
-  uint32_t lr;
-  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(lr) : "f"(l));
-  hi = h;
-  lo = lr;
-}
-
-__device__ __forceinline__ void mma_tf32(float* d, const uint32_t* a, const uint32_t* b) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
 // d = a . b (a zero accumulator in)
 __device__ __forceinline__ void mma_tf32_c0(float* d, const uint32_t* a, const uint32_t* b) {
   asm volatile(
@@ -91,14 +106,6 @@ __device__ __forceinline__ void mma_tf32_c0(float* d, const uint32_t* a, const u
       "{%10,%10,%10,%10};\n"
       : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(0.f));
-}
-
-__device__ __forceinline__ void mma_bf16(float* d, const uint32_t* a, const uint32_t* b) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t* r, uint32_t addr) {
@@ -304,6 +311,8 @@ cudaError_t launch_gemm_epilogue(bool bf16, int epi, const void* x, const void* 
   return launch_t<float, 0>(x, w, b, res, y, M, N, K, stream);
 #endif
 }
+// ---- END generated from _parts/gemm_core.cuh ----
+// ---- BEGIN generated from _parts/layernorm_epilogue.cuh: edit there, then run reference_kernels/generate.py ----
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -431,12 +440,18 @@ cudaError_t launch_bias_act_res_ln(bool bf16, bool gelu, const void* y, const vo
 #undef KBR_LAUNCH
   return cudaGetLastError();
 }
+// ---- END generated from _parts/layernorm_epilogue.cuh ----
 """
 
 CPP_SRC = r"""
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
+constexpr int kEpi = 2;  // the GEMM epilogue, as KB_ONLY_EPI above: GELU(bias) + residual
+constexpr const char* kName = "kb_gemm_bias_gelu_add_ln";
+// ---- BEGIN generated from _parts/fused_forward.cpp: edit there, then run reference_kernels/generate.py ----
+// Host side of the GEMM + LayerNorm twins; the file sets kEpi (launch_gemm_epilogue's epi:
+// 1 = bias + residual, 2 = GELU(bias) + residual) and kName (its extension, for errors) first.
 cudaError_t launch_gemm_epilogue(bool bf16, int epi, const void* x, const void* w, const void* b, const void* res,
                                  void* y, int M, int N, int K, cudaStream_t stream);
 cudaError_t launch_bias_act_res_ln(bool bf16, bool gelu, const void* y, const void* b, const void* res,
@@ -469,21 +484,22 @@ torch::Tensor fused_forward(torch::Tensor x, torch::Tensor w, torch::Tensor b, t
   cudaError_t err;
   if (bf16 && kBf16Cublas) {
     auto y = at::addmm(bc, x2, wc.t());  // the call eager makes: same rounding
-    err = launch_bias_act_res_ln(true, true, y.data_ptr(), nullptr, rc.data_ptr(), gc.data_ptr(),
+    err = launch_bias_act_res_ln(true, kEpi == 2, y.data_ptr(), nullptr, rc.data_ptr(), gc.data_ptr(),
                                  ec.data_ptr(), out.data_ptr(), (int)M, (float)eps, stream);
   } else {
     TORCH_CHECK(reinterpret_cast<uintptr_t>(x2.data_ptr()) % 16 == 0 &&
                 reinterpret_cast<uintptr_t>(wc.data_ptr()) % 16 == 0, "x and weight must be 16-byte aligned");
     auto v = torch::empty({M, N}, x.options());  // act(x W^T + b) + residual
-    err = launch_gemm_epilogue(bf16, 2, x2.data_ptr(), wc.data_ptr(), bc.data_ptr(), rc.data_ptr(), v.data_ptr(),
+    err = launch_gemm_epilogue(bf16, kEpi, x2.data_ptr(), wc.data_ptr(), bc.data_ptr(), rc.data_ptr(), v.data_ptr(),
                                (int)M, (int)N, (int)K, stream);
     if (err == cudaSuccess)
       err = launch_bias_act_res_ln(bf16, false, v.data_ptr(), nullptr, nullptr, gc.data_ptr(), ec.data_ptr(),
                                    out.data_ptr(), (int)M, (float)eps, stream);
   }
-  TORCH_CHECK(err == cudaSuccess, "kb_gemm_bias_gelu_add_ln launch: ", cudaGetErrorString(err));
+  TORCH_CHECK(err == cudaSuccess, kName, " launch: ", cudaGetErrorString(err));
   return out;
 }
+// ---- END generated from _parts/fused_forward.cpp ----
 """
 
 _ext = load_inline(

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch.utils.cpp_extension import load_inline
 
 CUDA_SRC = r"""
+// ---- BEGIN generated from _parts/layernorm_epilogue.cuh: edit there, then run reference_kernels/generate.py ----
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -136,6 +137,7 @@ cudaError_t launch_bias_act_res_ln(bool bf16, bool gelu, const void* y, const vo
 #undef KBR_LAUNCH
   return cudaGetLastError();
 }
+// ---- END generated from _parts/layernorm_epilogue.cuh ----
 """
 
 CPP_SRC = r"""

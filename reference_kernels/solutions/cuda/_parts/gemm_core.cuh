@@ -1,0 +1,264 @@
+// ---- tiled tensor-core GEMM core: acc[BM x BN] = A[m0:m0+BM, :] . W[n0:n0+BN, :]^T ----
+// A is [M, K] row-major, W is [N, K] row-major (nn.Linear's weight), both K-contiguous.
+// fp32: 3xTF32 split precision on mma.m16n8k8 (a = hi + lo; hi*hi + hi*lo + lo*hi), which
+// keeps fp32 accuracy; bf16: mma.m16n8k16 with ldmatrix. Shared memory holds one k-tile as
+// 128-byte rows (32 fp32 or 64 bf16 per row), filled by cp.async in a STAGES-deep ring.
+// Then the GEMM kernel with its epilogue in registers, and launch_gemm_epilogue(); a file that
+// needs one epilogue #defines KB_ONLY_EPI to it first, so only that one is compiled.
+#include <cuda_bf16.h>
+#include <stdint.h>
+#include <cuda_runtime.h>
+
+namespace kbg {
+constexpr int BM = 128, BN = 192;           // block tile; 768 = 4 x 192
+constexpr int THREADS = 256;                // 8 warps as 2 (M) x 4 (N)
+constexpr int WM = 64, WN = 48;             // warp tile
+constexpr int MT = WM / 16, NT = WN / 8;    // mma tiles per warp: 4 x 6
+constexpr int ROWB = 128;                   // bytes of one smem row of a k-tile
+constexpr int STAGES = 4;
+constexpr int STAGE_BYTES = (BM + BN) * ROWB;
+constexpr int SMEM_BYTES = STAGES * STAGE_BYTES;  // 160 KB
+
+// Byte offset of 16-byte chunk c (0..7) of smem row r. The XOR keeps both access
+// patterns conflict-free: ldmatrix (8 rows, same chunk) and the fp32 float2 fragment
+// loads (a half-warp reads 4 rows x 2 neighbouring chunks).
+__device__ __forceinline__ int swz(int r, int c) {
+  return r * ROWB + ((c ^ (((r & 3) << 1) | ((r >> 2) & 1))) << 4);
+}
+
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+// ---- BEGIN generated from _parts/ptx_mma.cuh: edit there, then run reference_kernels/generate.py ----
+// ---- END generated from _parts/ptx_mma.cuh ----
+
+template <typename T>
+__device__ __forceinline__ void load_tile(uint32_t s, const T* __restrict__ A, const T* __restrict__ W,
+                                          int m0, int n0, int M, int K, int k0, int tid) {
+  constexpr int EPC = 16 / sizeof(T);  // elements per 16-byte chunk
+#pragma unroll
+  for (int i = 0; i < BM * 8 / THREADS; ++i) {
+    const int id = tid + i * THREADS, r = id >> 3, c = id & 7;
+    const bool ok = m0 + r < M;  // rows past M are zero-filled
+    const T* src = A + (size_t)(ok ? m0 + r : 0) * K + k0 + c * EPC;
+    cp_async16(s + swz(r, c), src, ok ? 16 : 0);
+  }
+#pragma unroll
+  for (int i = 0; i < BN * 8 / THREADS; ++i) {
+    const int id = tid + i * THREADS, r = id >> 3, c = id & 7;
+    cp_async16(s + BM * ROWB + swz(r, c), W + (size_t)(n0 + r) * K + k0 + c * EPC, 16);
+  }
+}
+
+// d = a . b (a zero accumulator in)
+__device__ __forceinline__ void mma_tf32_c0(float* d, const uint32_t* a, const uint32_t* b) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%10,%10,%10,%10};\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(0.f));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t* r, uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// One k-tile (32 fp32) of 3xTF32 mma. k is permuted inside each k8 step (thread t holds
+// k = 2t, 2t+1 as its "t" and "t+4"), identically for A and B, so one float2 load
+// fetches both halves of a fragment. B's 6 fragments are split once per k8 step, A's one
+// m-tile at a time (fewer live registers).
+__device__ __forceinline__ void compute_tile(const char* sA, const char* sB, float (&acc)[MT][NT][4],
+                                             int wm, int wn, int lane, float) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll 2
+  for (int s = 0; s < 4; ++s) {
+    const int c = 2 * s + (t >> 1), off = (t & 1) * 8;
+    uint32_t bhi[NT][2], blo[NT][2];
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      const float2 w = *reinterpret_cast<const float2*>(sB + swz(wn * WN + j * 8 + g, c) + off);
+      split_tf32(w.x, bhi[j][0], blo[j][0]);
+      split_tf32(w.y, bhi[j][1], blo[j][1]);
+    }
+#pragma unroll
+    for (int i = 0; i < MT; ++i) {
+      const int r = wm * WM + i * 16 + g;
+      const float2 v0 = *reinterpret_cast<const float2*>(sA + swz(r, c) + off);
+      const float2 v1 = *reinterpret_cast<const float2*>(sA + swz(r + 8, c) + off);
+      uint32_t ahi[4], alo[4];
+      split_tf32(v0.x, ahi[0], alo[0]);
+      split_tf32(v1.x, ahi[1], alo[1]);
+      split_tf32(v0.y, ahi[2], alo[2]);
+      split_tf32(v1.y, ahi[3], alo[3]);
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        // The tensor core's fp32 accumulation truncates (rounds toward zero) relative to the
+        // accumulator's magnitude; summed over K = 3072 (1152 mmas into one accumulator) that
+        // bias reached 8e-5. So each k8 step's three products (small terms first) go into a
+        // fresh partial p, added to acc by a correctly rounded FADD: error back near fp32's.
+        float p[4];
+        mma_tf32_c0(p, alo, bhi[j]);
+        mma_tf32(p, ahi, blo[j]);
+        mma_tf32(p, ahi, bhi[j]);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[i][j][e] += p[e];
+      }
+    }
+  }
+}
+
+// One k-tile (64 bf16) of bf16 mma, fragments through ldmatrix.
+__device__ __forceinline__ void compute_tile(const char* sA, const char* sB, float (&acc)[MT][NT][4],
+                                             int wm, int wn, int lane, __nv_bfloat16) {
+  const uint32_t a0 = (uint32_t)__cvta_generic_to_shared(sA);
+  const uint32_t b0 = (uint32_t)__cvta_generic_to_shared(sB);
+#pragma unroll
+  for (int s = 0; s < 4; ++s) {
+    uint32_t a[MT][4], b[NT][2];
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+      ldmatrix_x4(a[i], a0 + swz(wm * WM + i * 16 + (lane & 15), 2 * s + (lane >> 4)));
+#pragma unroll
+    for (int jj = 0; jj < NT / 2; ++jj) {
+      uint32_t r[4];
+      ldmatrix_x4(r, b0 + swz(wn * WN + jj * 16 + (lane & 7) + ((lane >> 4) << 3),
+                              2 * s + ((lane >> 3) & 1)));
+      b[2 * jj][0] = r[0];
+      b[2 * jj][1] = r[1];
+      b[2 * jj + 1][0] = r[2];
+      b[2 * jj + 1][1] = r[3];
+    }
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+      for (int j = 0; j < NT; ++j) mma_bf16(acc[i][j], a[i], b[j]);
+  }
+}
+
+// The block's whole K loop. acc element (i, j, e) sits at tile row wm*64 + i*16 + g + 8*(e>>1),
+// tile column wn*48 + j*8 + 2t + (e&1), with g = lane/4, t = lane%4.
+template <typename T>
+__device__ __forceinline__ void gemm_mainloop(const T* __restrict__ A, const T* __restrict__ W, int m0,
+                                              int n0, int M, int K, char* smem, float (&acc)[MT][NT][4]) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wm = warp >> 2, wn = warp & 3;
+  constexpr int BK = ROWB / sizeof(T);
+  const int KT = K / BK;
+  const uint32_t s0 = (uint32_t)__cvta_generic_to_shared(smem);
+#pragma unroll
+  for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < KT) load_tile<T>(s0 + s * STAGE_BYTES, A, W, m0, n0, M, K, s * BK, tid);
+    cp_commit();
+  }
+  for (int kt = 0; kt < KT; ++kt) {
+    cp_wait<STAGES - 2>();
+    __syncthreads();  // tile kt landed for all threads; slot (kt-1)%STAGES is free again
+    const int nk = kt + STAGES - 1;
+    if (nk < KT) load_tile<T>(s0 + (nk % STAGES) * STAGE_BYTES, A, W, m0, n0, M, K, nk * BK, tid);
+    cp_commit();
+    const char* st = smem + (kt % STAGES) * STAGE_BYTES;
+    compute_tile(st, st + BM * ROWB, acc, wm, wn, lane, T());
+  }
+  cp_wait<0>();
+}
+
+// bf16 runs round where PyTorch's eager bf16 ops round (each op's output), fp32 never.
+__device__ __forceinline__ float round_as(float v, float) { return v; }
+__device__ __forceinline__ float round_as(float v, __nv_bfloat16) {
+  return __bfloat162float(__float2bfloat16(v));
+}
+__device__ __forceinline__ float2 load2(const float* p) { return *reinterpret_cast<const float2*>(p); }
+__device__ __forceinline__ float2 load2(const __nv_bfloat16* p) {
+  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
+}
+__device__ __forceinline__ void store2(float* p, float a, float b) {
+  *reinterpret_cast<float2*>(p) = make_float2(a, b);
+}
+__device__ __forceinline__ void store2(__nv_bfloat16* p, float a, float b) {
+  *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(a, b);
+}
+}  // namespace kbg
+using namespace kbg;
+
+__device__ __forceinline__ float gelu_erf(float v) { return 0.5f * v * (1.f + erff(v * 0.70710678118654752f)); }
+
+// y[M, N] = epi(x[M, K] . W[N, K]^T) on tensor cores (3xTF32 for fp32, bf16 mma for bf16),
+// the epilogue applied to the accumulators in registers before the tile is stored once:
+// EPI 0: + b;  1: + b + res;  2: GELU(+ b) + res (res is [M, N]). bf16 rounds after each
+// op as eager does, so the stored tensor is eager's intermediate.
+template <typename T, int EPI>
+__global__ void __launch_bounds__(THREADS, 1)
+    gemm_epilogue_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
+                         const T* __restrict__ res, T* __restrict__ y, int M, int N, int K) {
+  extern __shared__ __align__(128) char smem[];
+  const int n0 = blockIdx.x * BN, m0 = blockIdx.y * BM;
+  float acc[MT][NT][4];
+  gemm_mainloop<T>(x, w, m0, n0, M, K, smem, acc);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wm = warp >> 2, wn = warp & 3;
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    const int col = n0 + wn * WN + j * 8 + 2 * t;
+    const float2 b = bias ? load2(bias + col) : make_float2(0.f, 0.f);
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = m0 + wm * WM + i * 16 + h * 8 + g;
+        if (row >= M) continue;
+        float v0 = acc[i][j][2 * h] + b.x, v1 = acc[i][j][2 * h + 1] + b.y;
+        if (EPI >= 1) {
+          v0 = round_as(v0, T());
+          v1 = round_as(v1, T());
+          if (EPI == 2) {
+            v0 = round_as(gelu_erf(v0), T());
+            v1 = round_as(gelu_erf(v1), T());
+          }
+          const float2 r = load2(res + (size_t)row * N + col);
+          v0 += r.x;
+          v1 += r.y;
+        }
+        store2(y + (size_t)row * N + col, v0, v1);
+      }
+  }
+}
+
+template <typename T, int EPI>
+static cudaError_t launch_t(const void* x, const void* w, const void* b, const void* res, void* y, int M, int N,
+                            int K, cudaStream_t stream) {
+  auto kernel = gemm_epilogue_kernel<T, EPI>;
+  static cudaError_t configured =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES);
+  if (configured != cudaSuccess) return configured;
+  const dim3 grid(N / BN, (M + BM - 1) / BM);  // x fastest: the blocks of one row panel run together
+  kernel<<<grid, THREADS, SMEM_BYTES, stream>>>(static_cast<const T*>(x), static_cast<const T*>(w),
+                                                static_cast<const T*>(b), static_cast<const T*>(res),
+                                                static_cast<T*>(y), M, N, K);
+  return cudaGetLastError();
+}
+
+// epi: 0 = bias, 1 = bias + residual, 2 = GELU(bias) + residual; N % 192 == 0, K % k-tile == 0.
+cudaError_t launch_gemm_epilogue(bool bf16, int epi, const void* x, const void* w, const void* b, const void* res,
+                                 void* y, int M, int N, int K, cudaStream_t stream) {
+#ifdef KB_ONLY_EPI  // a file that needs one epilogue compiles only that one
+  if (epi != KB_ONLY_EPI) return cudaErrorInvalidValue;
+  return bf16 ? launch_t<__nv_bfloat16, KB_ONLY_EPI>(x, w, b, res, y, M, N, K, stream)
+              : launch_t<float, KB_ONLY_EPI>(x, w, b, res, y, M, N, K, stream);
+#else
+  if (bf16) {
+    if (epi == 1) return launch_t<__nv_bfloat16, 1>(x, w, b, res, y, M, N, K, stream);
+    if (epi == 2) return launch_t<__nv_bfloat16, 2>(x, w, b, res, y, M, N, K, stream);
+    return launch_t<__nv_bfloat16, 0>(x, w, b, res, y, M, N, K, stream);
+  }
+  if (epi == 1) return launch_t<float, 1>(x, w, b, res, y, M, N, K, stream);
+  if (epi == 2) return launch_t<float, 2>(x, w, b, res, y, M, N, K, stream);
+  return launch_t<float, 0>(x, w, b, res, y, M, N, K, stream);
+#endif
+}
