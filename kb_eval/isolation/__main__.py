@@ -1,0 +1,7 @@
+"""`python -m kb_eval.isolation [module[:cuda]][+serve]`: how every child starts (see
+kb_eval.isolation.child)."""
+
+from kb_eval.isolation.child import child_main
+
+if __name__ == "__main__":
+    child_main()

@@ -1,0 +1,76 @@
+"""The child side: what runs in the child process (`python -m kb_eval.isolation`).
+
+It reads one task from its stdin (a server: tasks until stdin closes), calls
+`module:function(payload, workdir)` and writes the returned dict (or the exception) to the
+task's result file, renamed into place so that the parent never reads half of it."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+
+NICE_VAR = "KB_EVAL_NICE"
+
+
+def child_main() -> None:
+    """The child's whole life: start up, run its task (or a server's tasks), exit."""
+    # The expensive start-up, done while we wait as a spare: torch, the task's module,
+    # and (if asked) the CUDA context. "+serve": a Server (tasks until stdin closes).
+    spec, _, serve = (sys.argv[1] if len(sys.argv) > 1 else "").partition("+")
+    # Builds run niced (KB_EVAL_NICE): compiling is throughput work, while a GPU left
+    # waiting on a run child's or the reference's CPU time is time lost for good.
+    os.nice(int(os.environ.get(NICE_VAR) or 0))
+    module, _, cuda = spec.partition(":")
+    _preload(module, bool(cuda))
+    while line := sys.stdin.readline():
+        run_task(json.loads(line))
+        if not serve:
+            break
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip interpreter teardown: CUDA and extension destructors can hang or crash there.
+    os._exit(0)
+
+
+def _preload(module: str, cuda: bool) -> None:
+    """Import torch and the task's module, and create the CUDA context if asked; a failure
+    here is left for the task itself to meet and report."""
+    import importlib
+
+    for name in ["torch"] + ([module] if module else []):
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
+    if cuda:
+        try:
+            import torch
+
+            if torch.cuda.is_available():
+                torch.cuda.init()
+                torch.empty(1, device="cuda")
+        except Exception:  # noqa: BLE001 - the task itself will meet and report it
+            pass
+
+
+def run_task(task: dict) -> None:
+    """Run one task in its workdir; everything it raises is reported, nothing escapes."""
+    import importlib
+
+    result_path = Path(task["result_path"])
+    os.chdir(task["workdir"])
+    try:
+        module_name, _, func_name = task["target"].partition(":")
+        func = getattr(importlib.import_module(module_name), func_name)
+        message = {"ok": True, "result": func(task["payload"], Path(task["workdir"]))}
+    except BaseException as e:  # noqa: BLE001 - everything is reported to the parent
+        message = {"ok": False, "error": f"{type(e).__name__}: {e}"[:4000],
+                   "traceback": traceback.format_exc()[-4000:]}
+    tmp = result_path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(message, default=str))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.replace(tmp, result_path)

@@ -1,0 +1,112 @@
+"""The parent's handle on one child process: start it, send it a task, watch it from
+outside (wall time, memory of its process group, size of its output) and kill it.
+
+One-shot children, spares and servers are all this same child; they differ only in how
+many tasks they are sent and when their stdin closes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from kb_eval.isolation.procs import (CHECK_S, LIVE, MARKER, RSS, become_subreaper, file_size,
+                                     killpg, reap_orphans)
+
+POLL_S = 0.005  # how often a watcher looks whether its child is done (GPU lane: latency)
+BUILD_POLL_S = 0.05  # builds take tens of seconds: their watchers wake less often
+
+
+class Child:
+    """One child process as the parent sees it; in LIVE from its start until kill_all."""
+
+    def __init__(self, proc: subprocess.Popen, log_file):
+        self.proc = proc
+        self.log_file = log_file
+        self.log_path = Path(log_file.name)
+        self.owner = ""  # name of the thread that sent the task
+        self.log_base = 0  # log size when the current task was sent
+        LIVE.add(self)
+
+    @classmethod
+    def start(cls, env: dict | None, log_path: Path, preload: str = "") -> "Child":
+        """Start a child that imports torch and `preload` ("module[:cuda]": the task's
+        module, and whether to create the CUDA context), then waits for its task."""
+        become_subreaper()
+        log_file = open(log_path, "wb")
+        full_env = {**os.environ, **(env or {}), MARKER: "1", "PYTHONUNBUFFERED": "1"}
+        proc = subprocess.Popen([sys.executable, "-m", "kb_eval.isolation", preload],
+                                stdin=subprocess.PIPE, stdout=log_file, stderr=subprocess.STDOUT,
+                                env=full_env, start_new_session=True, close_fds=True)
+        return cls(proc, log_file)
+
+    def adopt_log(self, log_path: Path) -> None:
+        """A spare was started with a scratch log; point the task's log name at it."""
+        try:
+            if log_path.exists() or log_path.is_symlink():
+                log_path.unlink()
+            os.link(self.log_path, log_path)
+        except OSError:
+            return  # another file system: keep reading the scratch log
+        self.log_path.unlink(missing_ok=True)
+        self.log_path = log_path
+
+    def send(self, task: dict, last: bool = True) -> None:
+        """One task line; `last` closes stdin (a one-shot child), else more may follow."""
+        self.owner = threading.current_thread().name
+        self.log_base = 0 if last else file_size(self.log_path)
+        try:
+            self.proc.stdin.write((json.dumps(task) + "\n").encode())
+            self.proc.stdin.flush()
+            if last:
+                self.proc.stdin.close()
+        except (BrokenPipeError, OSError):
+            pass  # the child already died; watch() reports it
+
+    def watch(self, timeout_s: float, mem_limit_mb: int | None, output_limit: int,
+              done: Path | None = None, poll_s: float = POLL_S) -> str | None:
+        """Wait for exit (or, for a server, for the task's result file `done`); return why
+        we killed it (None if it ended, or answered, by itself)."""
+        deadline = time.monotonic() + timeout_s
+        next_check = 0.0
+        while self.proc.poll() is None and not (done is not None and done.exists()):
+            now = time.monotonic()
+            if now > deadline:
+                return "timeout"
+            if now >= next_check:
+                next_check = now + CHECK_S
+                if self._flooded(output_limit):
+                    return "output_flood"
+                if mem_limit_mb and RSS.group_mb(self.proc.pid) > mem_limit_mb:
+                    return "oom"
+            time.sleep(poll_s)
+        # A flood written faster than we poll is over the limit all the same.
+        return "output_flood" if self._flooded(output_limit) else None
+
+    def _flooded(self, output_limit: int) -> bool:
+        return file_size(self.log_path) - self.log_base > output_limit
+
+    def kill_all(self) -> None:
+        """End the child's whole process group, then any orphans it left."""
+        killpg(self.proc.pid)
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        self.log_file.close()
+        LIVE.discard(self)
+        reap_orphans()
+
+    def log_tail(self, max_bytes: int = 8192, max_lines: int = 60) -> str:
+        """The end of the current task's output, for the record of what went wrong."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(max(self.log_base, file_size(self.log_path) - max_bytes))
+                text = f.read().decode(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-max_lines:])

@@ -1,0 +1,158 @@
+"""Process hygiene for the parent: which children are alive, killing process groups,
+reaping the orphans they leave, and the /proc reads behind the memory and output limits.
+
+Children are watched from outside only (the parent never trusts what a child says about
+itself), so everything here works from process groups, /proc and file sizes."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kb_eval.isolation.handle import Child
+
+MARKER = "KB_EVAL_SANDBOX"
+CHECK_S = 0.1  # how often memory and output size are checked
+
+
+class Registry:
+    """Children started and not yet ended (running or spare), across threads."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.children: set[Child] = set()
+
+    def add(self, child: Child) -> None:
+        with self.lock:
+            self.children.add(child)
+
+    def discard(self, child: Child) -> None:
+        with self.lock:
+            self.children.discard(child)
+
+    def pids(self) -> set[int]:
+        with self.lock:
+            return {c.proc.pid for c in self.children}
+
+    def owned_by(self, thread_prefix: str) -> list[Child]:
+        with self.lock:
+            return [c for c in self.children if c.owner and c.owner.startswith(thread_prefix)]
+
+
+LIVE = Registry()
+
+
+def kill_running(thread_prefix: str) -> int:
+    """Kill the children working for threads named `thread_prefix*` (abandoned work, e.g.
+    on Ctrl-C); their watchers see them exit at once and report them as crashed."""
+    children = LIVE.owned_by(thread_prefix)
+    for child in children:
+        killpg(child.proc.pid)
+    return len(children)
+
+
+_SUBREAPER_SET = False
+
+
+def become_subreaper() -> None:
+    """Orphans of our children re-parent to us (not init), so we can find and end them."""
+    global _SUBREAPER_SET
+    if _SUBREAPER_SET or not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        pass
+    _SUBREAPER_SET = True
+
+
+def killpg(pgid: int) -> None:
+    """SIGKILL a whole process group (every child has its own session), if still there."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def proc_children() -> list[int]:
+    """Pids whose parent is this process, from /proc (orphans re-parented to us included,
+    which no Popen of ours knows about)."""
+    me, found = str(os.getpid()), []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if stat.rsplit(")", 1)[1].split()[1] == me:
+                found.append(int(entry))
+    return found
+
+
+def reap_orphans() -> None:
+    """Kill and reap re-parented descendants of sandbox children (they carry MARKER)."""
+    if not sys.platform.startswith("linux"):
+        return
+    for pid in proc_children():
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:
+            continue
+        if f"{MARKER}=1".encode() in environ and pid not in LIVE.pids():
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except (ProcessLookupError, ChildProcessError, PermissionError):
+                pass
+
+
+def file_size(path: Path) -> int:
+    """Size of a child's log (0 while it is missing): how output is measured and bounded."""
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+class GroupRss:
+    """Resident memory per process group, from one pass over /proc shared by every
+    watcher (a pass per watcher per check cost the parent a core with 16 builds)."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.taken = -1.0
+        self.by_group: dict[int, int] = {}
+
+    def group_mb(self, pgid: int) -> float:
+        with self.lock:
+            if time.monotonic() - self.taken >= CHECK_S / 2:
+                self.by_group = rss_by_group()
+                self.taken = time.monotonic()
+            return self.by_group.get(pgid, 0) / 1024
+
+
+def rss_by_group() -> dict[int, int]:
+    """kB resident per process group, every process we can see."""
+    page_kb = os.sysconf("SC_PAGE_SIZE") // 1024
+    totals: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            group = int(stat[2])
+            totals[group] = totals.get(group, 0) + int(stat[21]) * page_kb
+        except (OSError, ValueError, IndexError):
+            continue
+    return totals
+
+
+RSS = GroupRss()

@@ -1,0 +1,62 @@
+"""A long-lived child for trusted work that gains from keeping state between tasks."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+from kb_eval.isolation.handle import Child
+from kb_eval.isolation.outcome import ChildOutcome, outcome
+
+
+class Server:
+    """A long-lived child for trusted tasks only (never candidate code), so it can keep
+    what it loaded from one task to the next (the reference side keeps each problem's
+    model and outputs). Each `call` is watched like a one-shot child (timeout, memory,
+    output) and answers through its own result file; a server that was killed, died or
+    failed a task is ended, and the next call starts a fresh one."""
+
+    def __init__(self, target: str, env: dict | None, workdir: Path, warm_cuda: bool = False):
+        self.target, self.env, self.workdir = target, env, Path(workdir)
+        self.preload = target.partition(":")[0] + (":cuda" if warm_cuda else "")
+        self.child: Child | None = None
+        self.calls = 0
+
+    def start(self) -> None:
+        """Start the child now (torch import and CUDA context take seconds)."""
+        if self.child is None or self.child.proc.poll() is not None:
+            self.close()
+            self.workdir.mkdir(parents=True, exist_ok=True)
+            self.child = Child.start(self.env, self.workdir / f"server_{time.monotonic_ns()}.log",
+                                     self.preload + "+serve")
+
+    def call(self, payload: dict, *, timeout_s: float, mem_limit_mb: int | None = None,
+             output_limit_mb: int = 64) -> ChildOutcome:
+        """One task, watched like a one-shot child; its result file (in call_<n>/, removed
+        afterwards) tells the parent that the server answered."""
+        self.start()
+        self.calls += 1
+        workdir = self.workdir / f"call_{self.calls}"
+        workdir.mkdir(parents=True, exist_ok=True)
+        result_path = workdir / "result.json"
+        task = {"target": self.target, "payload": payload, "workdir": str(workdir),
+                "result_path": str(result_path)}
+        t0 = time.monotonic()
+        self.child.send(task, last=False)
+        status = self.child.watch(timeout_s, mem_limit_mb, output_limit_mb << 20, done=result_path)
+        wall = time.monotonic() - t0
+        alive = status is None and self.child.proc.poll() is None
+        if not alive:
+            self.child.kill_all()
+        out = outcome(status, self.child, result_path, wall)
+        shutil.rmtree(workdir, ignore_errors=True)
+        if not out.ok:
+            self.close()
+        return out
+
+    def close(self) -> None:
+        """End the child, if any (the next call starts a fresh one)."""
+        if self.child is not None:
+            self.child.kill_all()
+            self.child = None

@@ -1,0 +1,97 @@
+"""The command: check the flags and the model before any work, find (or continue) the run,
+then prepare, run and print the tables. `entry` is what `python -m kb_eval.run` calls."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from kb_eval.cli import run_cli
+from kb_eval.errors import UserError
+from kb_eval.run.flags import (build_parser, check_numbers, eval_config, fill_flags,
+                               pick_run, stored_run)
+from kb_eval.run.prepare import answerable, open_writer, prepare_context
+from kb_eval.run.runner import Runner
+
+REFERENCE_CONCURRENCY = 4
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Settle the flags, the model and the run folder before any work, so that a typo, an
+    unknown model, a missing key or a clashing run costs nothing."""
+    from kb_eval.inference.endpoints import check_api_key, resolve_model
+    from kb_eval.results import slugify
+    from kb_eval.settings import load_settings
+
+    settings = load_settings()
+    defaults = settings.defaults
+    args = build_parser(defaults).parse_args(argv)
+    if args.list_models:
+        from kb_eval.report import models_table
+
+        print(models_table(settings.models))
+        return 0
+    check_numbers(args)
+    endpoint = None
+    if args.model != "reference":  # before any work: an unknown model or a missing key
+        endpoint = resolve_model(args.model, settings.models)
+        check_api_key(endpoint)
+    model_dir = Path(args.results_dir) / slugify(args.model)
+    run = pick_run(args, model_dir)
+    run_dir = model_dir / run
+    results_path = run_dir / "results.json"
+    if results_path.exists() and not args.resume:
+        raise UserError(f"{results_path} exists: pass --resume to continue it, or pick "
+                        f"another --run")
+    stored = stored_run(results_path) if args.resume else {}
+    live_asked = bool(args.live_baseline)
+    fill_flags(args, defaults, stored.get("run_args", {}) if stored else {})
+    if stored.get("baseline") == "live":
+        args.live_baseline = True
+    check_numbers(args)
+    if endpoint is not None and args.samples > 1 and not endpoint.reasoning \
+            and not endpoint.temperature:
+        print(f"note: {endpoint.name} samples at temperature {endpoint.temperature}: its "
+              f"{args.samples} samples per problem may be identical (set temperature in "
+              f"config.py for a meaningful pass@k)")
+    return execute(args, settings, endpoint, run, run_dir, stored, live_asked)
+
+
+def execute(args, settings, endpoint, run: str, run_dir: Path, stored: dict,
+            live_asked: bool) -> int:
+    """Everything after the flags are settled: the work, then the tables."""
+    import torch
+
+    from kb_eval.inference.models import get_model
+    from kb_eval.problems import load_problems
+    from kb_eval.report import samples_table, summary_table
+
+    problems = load_problems(args.source, args.level, args.problems, args.name)
+    config = eval_config(args, settings.defaults, torch.cuda.is_available())
+    model = get_model(args.model, settings.models, backend=config.backend,
+                      cache_dir=run_dir / "responses", precision=args.precision)
+    if endpoint is None:
+        problems = answerable(model, problems, args.precision)
+    ctx = prepare_context(config, problems, stored, live_asked)
+    writer = open_writer(run_dir, run, ctx, model, endpoint, args, problems)
+    started = time.monotonic()
+    concurrency = endpoint.max_concurrency if endpoint else REFERENCE_CONCURRENCY
+    Runner(model, ctx, writer, run_dir, args, concurrency).run(problems)
+    writer.save()
+    table = samples_table(writer.file)
+    if table:
+        print(table)
+    print(summary_table(writer.file))
+    print(f"{time.monotonic() - started:.0f} s; results: {writer.path}")
+    return 0
+
+
+def entry(argv: list[str] | None = None) -> int:
+    """main() as a command: user errors as one line, Ctrl-C and `kill` end it cleanly."""
+    import signal
+
+    def terminate(signum, frame):  # `kill`: stop like Ctrl-C (children killed, file saved)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, terminate)
+    return run_cli(main, argv)

@@ -1,0 +1,82 @@
+"""What a run needs before the first question: the problems the model is asked, the eval
+context (with its baseline), and the results file, set up so that a resumed run stays one
+run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kb_eval.errors import UserError
+from kb_eval.run.flags import RESUMED_FLAGS
+
+
+def answerable(model, problems: list, precision: str) -> list:
+    """The offline reference model is asked only what it has solutions for (a missing
+    solution is a gap in our collection, not a model's failure to score)."""
+    from kb_eval.solutions import pick
+
+    index = model.index()  # no solutions for this backend at all: a UserError
+    have = [p for p in problems if pick(index.get(p.key), precision)]
+    skipped = [p.key for p in problems if p not in have]
+    if not have:
+        raise UserError(f"the reference model has no {model.backend} solution for the "
+                        f"selected problems")
+    if skipped:
+        print(f"note: the reference model has no {model.backend} solution for "
+              f"{', '.join(skipped)}; not asked")
+    return have
+
+
+def prepare_context(config, problems, stored: dict, live_asked: bool):
+    """The eval context; without a usable baseline file (missing, or lacking a problem),
+    the reference is timed live instead, with a note (unless a resumed run used the file)."""
+    from kb_eval.eval import prepare
+
+    if config.live_baseline:
+        return prepare(config)
+    try:
+        ctx = prepare(config)
+        ctx.check_baseline_covers(problems)
+        return ctx
+    except UserError as e:
+        if stored.get("baseline") not in (None, "live") or live_asked:
+            raise
+        ctx = prepare(config.model_copy(update={"live_baseline": True}))
+        print(f"note: {e}\nnote: timing the PyTorch reference live in this run instead")
+        return ctx
+
+
+def make_writer(path: Path, ctx, **kw):
+    """RunWriter that also keeps the run's inference totals (tokens, cost) in the file."""
+    from kb_eval.eval import RunWriter
+    from kb_eval.report import usage_totals
+
+    class Writer(RunWriter):
+        def _write(self) -> None:
+            self.file.usage = usage_totals(self.file.samples)
+            super()._write()
+
+        def save(self) -> None:
+            with self.lock:
+                self._write()
+
+    return Writer(path, ctx, **kw)
+
+
+def open_writer(run_dir: Path, run: str, ctx, model, endpoint, args, problems: list):
+    """The run's results file, created or (with --resume) reopened, and saved at once with
+    what this run is: the flags a later --resume takes back, and the model asked."""
+    from kb_eval.results import Producer
+
+    writer = make_writer(run_dir / "results.json", ctx, name=model.name, run=run,
+                         source=args.source, problems_asked=[p.key for p in problems],
+                         samples_per_problem=args.samples, resume=args.resume)
+    # Failed requests are asked again on resume: drop their records.
+    writer.file.samples = [r for r in writer.file.samples if r.status != "inference_error"]
+    writer.file.produced_by = Producer(tool="kb_eval.run")
+    writer.file.run_args = {flag: getattr(args, flag) for flag in RESUMED_FLAGS}
+    writer.file.model = ({"name": endpoint.name, "endpoint": endpoint.base_url,
+                          "model": endpoint.model, "params": endpoint.request_params()}
+                         if endpoint else {"name": model.name, "endpoint": None})
+    writer.save()
+    return writer
