@@ -34,7 +34,7 @@ def row_of(record: SampleRecord) -> dict:
             "reference_need_bytes": mem.get("reference_need") or mem.get("reference_peak"),
             "reference_peak_bytes": mem.get("reference_peak"),
             "copy_peak_bytes": mem.get("candidate_peak"), "wall_s": record.wall_s,
-            "retried": record.retried}
+            "retried": record.retried, "phases": record.phases}
 
 
 def _gib(n) -> str:
@@ -78,18 +78,26 @@ def run_harness_check(problems: list[Problem], config, out_path: Path | None,
     t0 = time.monotonic()
     records = {}
     pairs = [(p, 0, reference_copy(p)) for p in problems]
+    head = {"hardware": ctx.hardware.model_dump(), "precision": config.precision,
+            "backend": ctx.backend}
+
+    def rows_so_far() -> list[dict]:
+        return [row_of(records[p.key]) for p in problems if p.key in records]
+
     with tqdm(total=len(pairs), desc="check --harness", unit="problem", leave=False) as bar:
         for record in evaluate(pairs, context=ctx):
             records[record.key] = record
             bar.set_postfix_str(f"{record.key} {record.status}")
             bar.update()
-    rows = [row_of(records[p.key]) for p in problems if p.key in records]
-    wall = time.monotonic() - t0
+            # Rewritten after every problem: an interrupted check keeps what it judged.
+            write_json_atomic(out_path, {**head, "complete": False,
+                                         "wall_s": round(time.monotonic() - t0, 1),
+                                         "problems": rows_so_far()})
+    rows, wall = rows_so_far(), time.monotonic() - t0
     print(format_rows(rows))
     print("\n" + summary_line(rows, wall))
-    write_json_atomic(out_path, {"hardware": ctx.hardware.model_dump(),
-                                 "precision": config.precision, "backend": ctx.backend,
-                                 "wall_s": round(wall, 1), "problems": rows})
+    write_json_atomic(out_path, {**head, "complete": True, "wall_s": round(wall, 1),
+                                 "problems": rows})
     print(f"written: {out_path}")
     return 0 if rows and all(r["judgeable"] for r in rows) else 1
 

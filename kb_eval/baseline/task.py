@@ -15,7 +15,7 @@ def time_reference(payload: dict, workdir: Path) -> dict:
     device = pick_device(payload.get("device"))
     precision = payload["precision"]
     if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
+        torch.cuda.reset_peak_memory_stats()  # the current device (index may be None)
     module, init = load_problem(payload["code"], precision, device)
     model = reference_model(module, init, precision, device)
     if payload.get("mode", "eager") != "eager":
@@ -29,4 +29,4 @@ def _peak(device: torch.device) -> int | None:
     """The most device memory this child held at once: weights, a call's inputs (a fresh
     set is drawn per call), outputs and temporaries, the L2-flush buffer. The eval plans
     each problem's memory from it; None on a CPU."""
-    return torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
+    return torch.cuda.max_memory_allocated() if device.type == "cuda" else None

@@ -19,6 +19,7 @@ that sample's `eval_error` record; the run goes on.
 from __future__ import annotations
 
 import itertools
+import os
 import queue
 import shutil
 import sys
@@ -31,7 +32,7 @@ from kb_eval.eval.schedule.build import Builder, source_sha256
 from kb_eval.eval.schedule.context import EvalContext
 from kb_eval.eval.schedule.reaper import sweep_escapees
 from kb_eval.eval.judge.references import ReferenceStore
-from kb_eval.eval.schedule.sample import (SampleTask, evaluate_sample, finish, new_record,
+from kb_eval.eval.schedule.sample import (SHM, SampleTask, evaluate_sample, finish, new_record,
                                  record_build_failure)
 from kb_eval.isolation import kill_running
 from kb_eval.problems import Problem
@@ -127,6 +128,8 @@ class EvalPool:
             return
         if not self.ctx.config.keep_workdirs:
             shutil.rmtree(task.workdir, ignore_errors=True)
+        if task.scratch is not None:  # in memory: never kept, it is RAM
+            shutil.rmtree(task.scratch, ignore_errors=True)
         self.done.put(record)
 
     # ---------------------------------------------------------------- output
@@ -167,5 +170,6 @@ class EvalPool:
             t.join()
         self.refs.close()
         sweep_escapees(min_age_s=0.0)  # nothing of ours is starting now
+        shutil.rmtree(SHM / f"kb_eval_{os.getpid()}", ignore_errors=True)
         if not self.ctx.config.keep_workdirs:
             shutil.rmtree(self.ctx.invocation_dir, ignore_errors=True)

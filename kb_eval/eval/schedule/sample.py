@@ -5,6 +5,8 @@ apply the guards and rules here, and fill in its SampleRecord."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import threading
 import time
 from dataclasses import dataclass, field
@@ -42,6 +44,8 @@ class SampleTask:
     build: BuildOutcome | None = None
     laps: Laps = field(default_factory=Laps)
     correct_trials: int | None = None  # set by the memory plan (large outputs: fewer)
+    out_bytes: int | None = None  # one call's outputs, from the plan
+    scratch: Path | None = None  # the candidate's run folder when it is not in workdir
 
 
 def new_record(ctx: EvalContext, task: SampleTask) -> SampleRecord:
@@ -98,6 +102,7 @@ def evaluate_sample(ctx: EvalContext, refs: ReferenceStore, task: SampleTask,
     if not plan.fits:
         return finish(unjudged(ctx, task, "too_large", plan.reason, plan), task)
     task.correct_trials = trials_for(ctx.config.correct_trials, plan.out_bytes)
+    task.out_bytes = plan.out_bytes
     record = evaluate_once(ctx, refs, task, device)
     record.memory.update(reference_need=plan.need_bytes, free=plan.free_bytes)
     why = harness_suspect(record)
@@ -141,6 +146,8 @@ def harness_suspect(record: SampleRecord) -> str | None:
     ran out of memory (the harness may have held some), or our judging code raised."""
     if record.status in ("eval_error", "oom"):
         return f"{record.status}: {record.error}"
+    if "No space left on device" in (record.error or "") + (record.detail or ""):
+        return f"our scratch space ran out: {record.error}"
     if record.crash is not None and record.crash.phase == "setup":
         return f"the child failed before the candidate's code loaded: {record.error}"
     if record.status == "reference_error" and (
@@ -168,7 +175,7 @@ def evaluate_once(ctx: EvalContext, refs: ReferenceStore, task: SampleTask,
     cfg = ctx.config
     record = new_record(ctx, task)
     record.build = task.build.info
-    run_dir = task.workdir / "run"
+    run_dir = run_folder(ctx, task)
     payload = {"problem_code": task.problem.code, "source": task.source,
                "extensions_dir": task.build.extensions_dir,
                "device": ctx.torch_device(device), "precision": cfg.precision,
@@ -218,6 +225,25 @@ def evaluate_once(ctx: EvalContext, refs: ReferenceStore, task: SampleTask,
     record.reference_deterministic = metrics.get("deterministic")
     task.laps.lap("judge")
     return finish(record, task)
+
+
+SHM = Path("/dev/shm")
+
+
+def run_folder(ctx: EvalContext, task: SampleTask) -> Path:
+    """Where the candidate's child writes its output files: in memory (/dev/shm) when
+    they fit there with room to spare, else in the sample's folder on disk. A KernelBench
+    problem with 6 GiB outputs writes 24 GiB of files per sample; on disk, writeback
+    throttling made that ~20 s of the H100 lane's time per sample."""
+    files = (task.out_bytes or 0) * (_trials(ctx.config, task) + ctx.config.recheck_timed + 1)
+    try:
+        roomy = SHM.is_dir() and shutil.disk_usage(SHM).free > files + (2 << 30)
+    except OSError:
+        roomy = False
+    if not roomy or not task.out_bytes:
+        return task.workdir / "run"
+    task.scratch = SHM / f"kb_eval_{os.getpid()}" / task.workdir.name
+    return task.scratch / "run"
 
 
 def _int_or_none(x: object) -> int | None:
