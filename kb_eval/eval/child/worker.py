@@ -156,20 +156,9 @@ def run_candidate(payload: dict, workdir: Path) -> dict:
 
     set_phase(workdir, "correctness")
     seen: dict[str, dict] = {}
-    buffers = None  # every trial's inputs land at the first trial's addresses
-    for i in range(n_trials):
-        label = label_name(("correct", i))
-        inputs = buffers = into_buffers(buffers, inputs_for(module, seed, ("correct", i),
-                                                             precision, device))
-        try:
-            _correctness_call(model, i, inputs, trial_prints[i], workdir, device, seen, watch)
-        except OutputTypeError as e:
-            return {**failure("runtime_error", "correctness", e), "output_type": True}
-        except Exception as e:  # noqa: BLE001
-            return failure("runtime_error", "correctness", e)
-        watch.check(label)
-        del inputs
-
+    failed = _correctness(model, module, payload, trial_prints, workdir, seen, watch)
+    if failed is not None:
+        return failed
     result = {"status": "ok", "load_s": load_s, "seen": seen, "saved": list(seen),
               "steps": steps.seconds}
     steps.lap("correctness")
@@ -193,6 +182,26 @@ def run_candidate(payload: dict, workdir: Path) -> dict:
     if device.type == "cuda":  # diagnostics (the candidate could fake it): never scored
         result["peak_mem_bytes"] = torch.cuda.max_memory_allocated(device)
     return result
+
+
+def _correctness(model, module, payload: dict, trial_prints: list, workdir: Path,
+                 seen: dict, watch: Watch) -> dict | None:
+    """One call per correctness trial, each on that trial's inputs drawn again at the
+    first trial's addresses; None when all ran, else the failure to report."""
+    device, precision = torch.device(payload["device"]), payload["precision"]
+    buffers = None
+    for i, prints in enumerate(trial_prints):
+        inputs = buffers = into_buffers(buffers, inputs_for(module, payload["seed"],
+                                                             ("correct", i), precision, device))
+        try:
+            _correctness_call(model, i, inputs, prints, workdir, device, seen, watch)
+        except OutputTypeError as e:
+            return {**failure("runtime_error", "correctness", e), "output_type": True}
+        except Exception as e:  # noqa: BLE001
+            return failure("runtime_error", "correctness", e)
+        watch.check(label_name(("correct", i)))
+        del inputs
+    return None
 
 
 def _prints_of(module, seed: int, i: int, precision: str, device: torch.device) -> list:

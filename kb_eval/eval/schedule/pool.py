@@ -32,7 +32,8 @@ from kb_eval.eval.schedule.build import Builder, source_sha256
 from kb_eval.eval.schedule.context import EvalContext
 from kb_eval.eval.schedule.reaper import sweep_escapees
 from kb_eval.eval.judge.references import ReferenceStore
-from kb_eval.eval.schedule.sample import (SHM, SampleTask, evaluate_sample, finish, new_record,
+from kb_eval.eval.schedule.retry import evaluate_sample
+from kb_eval.eval.schedule.sample import (SHM, SampleTask, finish, new_record,
                                  record_build_failure)
 from kb_eval.isolation import kill_running
 from kb_eval.problems import Problem

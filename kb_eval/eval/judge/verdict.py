@@ -1,0 +1,124 @@
+"""The verdict on one sample, in the parent (trusted): which calls are checked, and how
+the reference server's comparisons, the child's observations (data, never trusted alone),
+the guards and the rules add up to a status, flags and a speedup."""
+
+from __future__ import annotations
+
+from kb_eval.eval.child.probes import recheck_count
+from kb_eval.eval.judge.correctness import info_from_diffs, tolerances
+from kb_eval.eval.judge.guards import dedupe, judge
+from kb_eval.eval.judge.references import ReferenceRun
+from kb_eval.eval.judge.rules import (child_flags, completeness, constant_reference,
+                                      physical_floor, shape_probe, timing_plausible)
+from kb_eval.eval.judge.score import VOIDS_SPEEDUP
+from kb_eval.eval.judge.static import static_flags
+from kb_eval.eval.schedule.context import EvalContext
+from kb_eval.eval.wire.labels import PROBE_LABEL, TIMED_LABEL
+from kb_eval.problems import Problem
+from kb_eval.results import CrashInfo, Flag, SampleRecord
+from kb_eval.timing import TimingStats
+
+
+def child_failure(record: SampleRecord, result: dict) -> SampleRecord:
+    status, phase = result.get("status"), result.get("phase", "run")
+    record.error, record.detail = result.get("error"), result.get("detail")
+    if status == "cuda_error":
+        record.status = "crashed"
+        record.crash = CrashInfo(phase=phase, kind="cuda_error", output_tail=record.detail or "")
+    elif result.get("output_type"):
+        record.status = "incorrect"
+    else:  # the child's word: only statuses that blame the candidate are taken from it
+        record.status = status if status in CHILD_STATUSES else "runtime_error"
+    return record
+
+
+CHILD_STATUSES = frozenset({"compile_error", "runtime_error", "oom"})
+
+
+FILES_BUDGET = 16 << 30  # output files one sample writes for its correctness trials
+
+
+def trials_for(asked: int, out_bytes: int | None) -> int:
+    """Correctness trials for outputs of `out_bytes`: as asked, but their files (each
+    trial's outputs go to disk for the reference server) within 16 GiB, and at least two.
+    A KernelBench L1Norm writes 8 GiB per call: 5 trials, a re-checked timed call and the
+    shape probe would write 56 GiB, most of the device machine's disk."""
+    if not out_bytes:
+        return asked
+    return max(min(asked, 2), min(asked, FILES_BUDGET // out_bytes))
+
+
+
+
+def labels_to_check(cfg, saved: object, correct_trials: int | None = None) -> list[str]:
+    """Every correctness trial (decided here, not by the child), plus the re-checked timed
+    calls the child reports, if well-formed, one per call, no more than were asked for."""
+    n_calls = cfg.timing.trials + (1 if cfg.timing.discard_first else 0)
+    by_call: dict[int, str] = {}
+    for s in sorted(saved if isinstance(saved, list) else [], key=str):
+        if (isinstance(s, str) and (m := TIMED_LABEL.fullmatch(s)) and int(m.group(1)) < n_calls
+                and int(m.group(2), 16) < 2 ** 63):
+            by_call.setdefault(int(m.group(1)), s)
+    timed = [by_call[i] for i in sorted(by_call)]
+    n = correct_trials or cfg.correct_trials
+    return [f"correct_{i}" for i in range(n)] + timed[:cfg.recheck_timed]
+
+
+def expected_rechecks(cfg, metrics: dict | None) -> int:
+    n_calls = cfg.timing.trials + (1 if cfg.timing.discard_first else 0)
+    return recheck_count(cfg.recheck_timed, n_calls, (metrics or {}).get("out_bytes"))
+
+
+def judge_sample(ctx: EvalContext, problem: Problem, source: str, n_correct: int,
+                 record: SampleRecord, result: dict, labels: list[str],
+                 ref: ReferenceRun) -> SampleRecord:
+    """Add up the comparisons, apply the guards and rules, derive the speedup."""
+    cfg = ctx.config
+    atol, rtol = tolerances(cfg.precision, cfg.atol, cfg.rtol)
+    record.correctness = info_from_diffs(labels, ref.diffs, atol, rtol)
+    seen = result.get("seen") if isinstance(result.get("seen"), dict) else {}
+    record.flags.extend(judge({lb: seen[lb] for lb in labels if isinstance(seen.get(lb), dict)},
+                              ref.seen))
+    record.flags.extend(child_flags(result))
+    timed = [lb for lb in labels if TIMED_LABEL.fullmatch(lb)]
+    record.flags.extend(completeness(expected_rechecks(cfg, ref.state.metrics), timed,
+                                     bool(result.get("timing"))))
+    record.flags.extend(timing_plausible(result.get("timing"), cfg.timing.trials))
+    if result.get("timing") and not any(f.code == "implausible_timing" for f in record.flags):
+        record.timing = TimingStats.model_validate(result["timing"])
+        record.flags.extend(physical_floor(record.timing.median, ref.state.metrics, ctx.device_kind,
+                                           ctx.hardware.name, cfg.timing.flush_l2))
+    passed = record.correctness.passed == record.correctness.trials > 0
+    record.correct = passed and not any(f.severity == "error" for f in record.flags)
+    record.status = "correct" if record.correct else "incorrect"
+    if record.correct:  # findings that matter only for a sample that counts
+        record.flags.extend(static_flags(source))
+        record.flags.extend(constant_reference(ref.seen, labels[:n_correct]))
+        record.flags.extend(_probe_flags(result, ref.diffs))
+    else:
+        reasons = record.correctness.failures[:1] + [f.message for f in record.flags
+                                                      if f.severity == "error"][:1]
+        record.error = "; ".join(reasons) or "outputs differ from the reference"
+    if cfg.live_baseline:
+        record.baseline, record.baseline_source = ref.state.timing, "live"
+    else:
+        record.baseline, record.baseline_source = ctx.baseline_for(problem), "file"
+        if record.baseline is None:
+            record.flags.append(Flag(code="no_baseline", message=f"{ctx.baseline_file} has "
+                                     f"no timing for {problem.key}: no speedup"))
+    if record.correct and record.timing and record.baseline and record.timing.median > 0:
+        record.speedup = record.baseline.median / record.timing.median
+    record.flags = dedupe(record.flags)
+    record.speedup_counted = record.speedup is not None and not any(
+        f.code in VOIDS_SPEEDUP for f in record.flags)
+    return record
+
+
+def _probe_flags(result: dict, diffs: dict[str, dict]) -> list[Flag]:
+    """The answer on a batch one smaller: wrong without an error means the candidate holds
+    only for the problem's own sizes (refusing other sizes with an error is fine)."""
+    d = diffs.get(PROBE_LABEL)
+    if d is None or result.get("probe") != PROBE_LABEL:
+        return []
+    return shape_probe(None if d.get("ok") else d.get("error"),
+                       "a batch one smaller than the problem's")
