@@ -265,3 +265,8 @@ def read_model(path: Path, cls: type[M]) -> M:
     except ValidationError as e:
         first = e.errors()[0]
         raise UserError(f"{path}: field {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+
+
+# results.json as a pandas DataFrame, one row per sample (kb_eval/frames.py; it imports
+# pandas only when called, so this module stays light).
+from kb_eval.frames import to_frame  # noqa: E402,F401

@@ -1,20 +1,12 @@
-"""Tables of results: one run's summary (printed by `python -m kb_eval.run`), the
-configured models (`--list-models`), and a leaderboard across runs:
-
-    python -m kb_eval.report                     # every results/<model>/<run>/results.json
-    python -m kb_eval.report --results-dir DIR --precision fp32
-
-Rows of the leaderboard are runs; runs made on different hardware, precision or backend
-are listed apart (their speedups are not comparable) and never averaged together.
-"""
+"""Plain-text tables of one run (the summary `python -m kb_eval.run` prints at its end,
+its samples) and of the configured models (`--list-models`)."""
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Iterable
 
-from kb_eval.results import RunFile, SampleRecord, read_model
+from kb_eval.results import RunFile, SampleRecord
 
 USAGE_FIELDS = ("prompt_tokens", "completion_tokens", "cost", "latency_s")
 
@@ -61,7 +53,8 @@ def _pct(x: float | None) -> str:
 
 
 def _money(x: float | None) -> str:
-    return "n/a (no prices in config.py)" if x is None else f"${x:.4f}"
+    # "-" is how every report table shows a missing cost; here it also says why.
+    return "- (no prices in config.py)" if x is None else f"${x:.4f}"
 
 
 def summary_table(run: RunFile) -> str:
@@ -119,89 +112,3 @@ def models_table(endpoints: list) -> str:
 
 def _price(x: float | None) -> str:
     return "-" if x is None else f"{x:g}"
-
-
-# ------------------------------------------------------------------ leaderboard
-def find_runs(results_dir: Path) -> list[tuple[Path, RunFile]]:
-    runs = []
-    for path in sorted(Path(results_dir).glob("*/*/results.json")):
-        if path.parts[-3] == "baseline":
-            continue
-        try:
-            runs.append((path, read_model(path, RunFile)))
-        except Exception as e:  # noqa: BLE001 - one broken file must not hide the others
-            print(f"skipping {path}: {e}")
-    return runs
-
-
-def leaderboard(runs: list[tuple[Path, RunFile]]):
-    import pandas as pd
-
-    rows = []
-    for _, run in runs:
-        s = run.summary
-        if s is None:
-            continue
-        usage = getattr(run, "usage", None) or usage_totals(run.samples)
-        args = getattr(run, "run_args", None) or {}
-        rows.append({
-            "model": run.name, "run": run.run, "hardware": run.hardware.slug,
-            "precision": run.precision, "backend": run.backend, "source": run.source,
-            "prompt": args.get("prompt", "-"), "turns": args.get("turns", 1),
-            "problems": s.problems, "k": s.samples_per_problem,
-            "compiled": round(s.compiled_rate, 3), "correct": round(s.correct_rate, 3),
-            "fast_1": round(s.fast_p.get("fast_1", 0.0), 3),
-            "fast_2": round(s.fast_p.get("fast_2", 0.0), 3),
-            "geomean": round(s.geomean_speedup, 3) if s.geomean_speedup else None,
-            "pass@1": round(s.pass_at_k.get("pass@1", 0.0), 3),
-            "tokens": usage["prompt_tokens"] + usage["completion_tokens"],
-            "cost_usd": None if usage["cost_usd"] is None else round(usage["cost_usd"], 4),
-        })
-    table = pd.DataFrame(rows)
-    if not table.empty:
-        table = table.sort_values(["hardware", "precision", "backend", "source", "fast_1",
-                                   "correct"], ascending=[True, True, True, True, False, False])
-    return table
-
-
-def main(argv: list[str] | None = None) -> int:
-    from kb_eval.cli import Parser
-    from kb_eval.settings import load_settings
-
-    defaults = load_settings().defaults
-    p = Parser(prog="python -m kb_eval.report",
-               description="Leaderboard of the runs under results/<model>/<run>/results.json, "
-                           "grouped by hardware, precision, backend and problem source.")
-    p.add_argument("--results-dir", type=Path, default=defaults.results_dir,
-                   help=f"where runs live (default: {defaults.results_dir})")
-    p.add_argument("--precision", default=None, help="only runs at this precision")
-    p.add_argument("--model", default=None, help="only this model's runs")
-    p.add_argument("--csv", type=Path, default=None, help="also write the table to this CSV")
-    args = p.parse_args(argv)
-    runs = [(path, run) for path, run in find_runs(args.results_dir)
-            if (args.precision is None or run.precision == args.precision)
-            and (args.model is None or run.name == args.model)]
-    table = leaderboard(runs)
-    if table.empty:
-        print(f"no runs under {args.results_dir}")
-        return 0
-    import pandas as pd
-
-    with pd.option_context("display.width", 200, "display.max_columns", None):
-        for group, rows in table.groupby(["hardware", "precision", "backend", "source"],
-                                         sort=False):
-            print(f"\n== {' / '.join(map(str, group))}")
-            print(rows.drop(columns=["hardware", "precision", "backend", "source"])
-                  .to_string(index=False))
-    if args.csv:
-        table.to_csv(args.csv, index=False)
-        print(f"\nwrote {args.csv}")
-    return 0
-
-
-if __name__ == "__main__":
-    import sys
-
-    from kb_eval.cli import run_cli
-
-    sys.exit(run_cli(main))

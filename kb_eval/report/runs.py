@@ -1,0 +1,121 @@
+"""Which runs a report compares, and with which others.
+
+Speedups are only comparable between runs timed on the same hardware, at the same
+precision, for the same backend, against the same kind of baseline (a baseline file
+timed earlier vs the reference timed live in the run) and over the same problems: such
+runs form a group, and a report ranks runs within a group, never across groups.
+By default each model counts with its latest *complete* run of a group (an interrupted
+run would rank on the problems it happened to finish); `--all-runs` shows them all.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kb_eval.results import RunFile, read_model
+
+
+@dataclass(frozen=True, order=True)
+class GroupKey:
+    hardware: str
+    precision: str
+    backend: str
+    baseline: str  # live | file | file (compile-...)
+    source: str
+    problems: tuple[str, ...] = field(repr=False)
+
+    @property
+    def problem_set(self) -> str:
+        """The source and a short fingerprint of the problems asked: two runs over
+        different problem lists of one source never share a ranking."""
+        digest = hashlib.sha256("\n".join(self.problems).encode()).hexdigest()[:8]
+        return f"{self.source} ({len(self.problems)} problems, #{digest})"
+
+    @property
+    def label(self) -> str:
+        return " / ".join((self.hardware, self.precision, self.backend,
+                           f"baseline {self.baseline}", self.problem_set))
+
+
+@dataclass
+class RunEntry:
+    path: Path
+    run: RunFile
+    key: GroupKey
+    complete: bool
+    missing: int  # asked (problem, sample) slots without a record
+
+    @property
+    def model(self) -> str:
+        return self.run.name or self.path.parts[-3]
+
+    @property
+    def run_dir(self) -> Path:
+        return self.path.parent
+
+
+def baseline_kind(run: RunFile) -> str:
+    """live or file; a file of torch.compile timings is its own kind (not eager)."""
+    where = run.baseline or next((r.baseline_source for r in run.samples
+                                  if r.baseline_source), "")
+    if where == "live":
+        return "live"
+    if not where:
+        return "unknown"
+    stem = Path(where).stem
+    return f"file ({stem.split('_', 1)[1]})" if "_compile-" in stem else "file"
+
+
+def group_key(run: RunFile) -> GroupKey:
+    asked = tuple(sorted(dict.fromkeys(run.problems_asked)))
+    return GroupKey(run.hardware.slug, run.precision, run.backend, baseline_kind(run),
+                    run.source, asked)
+
+
+def missing_slots(run: RunFile) -> int:
+    """Asked (problem, sample) pairs with no record at all (any turn, any status)."""
+    have = {(r.key, r.sample) for r in run.samples}
+    asked = dict.fromkeys(run.problems_asked)
+    return sum((key, s) not in have for key in asked for s in range(run.samples_per_problem))
+
+
+def find_runs(results_dir: Path) -> list[RunEntry]:
+    """Every results/<model>/<run>/results.json; a broken file is named on stderr and
+    skipped so that it cannot hide the others."""
+    entries = []
+    for path in sorted(Path(results_dir).glob("*/*/results.json")):
+        if path.parts[-3] == "baseline":
+            continue
+        try:
+            run = read_model(path, RunFile)
+        except Exception as e:  # noqa: BLE001 - one broken file must not hide the others
+            print(f"skipping {path}: {e}", file=sys.stderr)
+            continue
+        missing = missing_slots(run)
+        entries.append(RunEntry(path, run, group_key(run), missing == 0, missing))
+    return entries
+
+
+def _recency(e: RunEntry) -> tuple:
+    return (e.run.updated, e.run.created, e.run.run)
+
+
+def select_runs(entries: list[RunEntry], all_runs: bool = False
+                ) -> tuple[dict[GroupKey, list[RunEntry]], list[RunEntry]]:
+    """Runs by group (groups in a stable order); and the runs left out: by default the
+    incomplete ones and the older complete runs of a model in the same group."""
+    groups: dict[GroupKey, list[RunEntry]] = {}
+    left_out: list[RunEntry] = []
+    for e in sorted(entries, key=_recency, reverse=True):
+        rows = groups.setdefault(e.key, [])
+        if all_runs:
+            rows.append(e)
+        elif e.complete and all(o.model != e.model for o in rows):
+            rows.append(e)
+        else:
+            left_out.append(e)
+    groups = {k: v for k, v in sorted(groups.items()) if v}
+    return groups, left_out

@@ -1,0 +1,85 @@
+"""What the HTML report shows of each sample when it is clicked: its verdict and the code
+that was judged, found in the run's code/ folder (kb_eval.run saves every answer's code
+there and records `code_path`; failing that, a file whose sha256 is the record's
+`source_sha256`)."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from kb_eval.eval.judge.score import counted_speedup, is_correct
+from kb_eval.results import SampleRecord
+
+MAX_CODE_CHARS = 200_000  # one huge answer must not make the page unusable
+MAX_DETAIL_CHARS = 4_000
+
+
+class CodeFinder:
+    """The code of a run's records, hashed at most once per file."""
+
+    def __init__(self, run_dir: Path):
+        self.run_dir = Path(run_dir)
+        self._by_sha: dict[str, Path] | None = None
+
+    def _index(self) -> dict[str, Path]:
+        if self._by_sha is None:
+            self._by_sha = {}
+            for path in sorted((self.run_dir / "code").glob("**/*.py")):
+                try:
+                    self._by_sha[hashlib.sha256(path.read_bytes()).hexdigest()] = path
+                except OSError:
+                    continue
+        return self._by_sha
+
+    def code(self, r: SampleRecord) -> str | None:
+        rel = (r.model_extra or {}).get("code_path")
+        candidates = [self.run_dir / rel] if rel else []
+        if r.source_sha256:
+            candidates.append(self._index().get(r.source_sha256))
+        for path in filter(None, candidates):
+            try:
+                text = path.read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                continue
+            if len(text) > MAX_CODE_CHARS:
+                text = text[:MAX_CODE_CHARS] + f"\n# ... cut at {MAX_CODE_CHARS} characters"
+            return text
+        return None
+
+
+def sample_view(r: SampleRecord, finder: CodeFinder) -> dict:
+    """The JSON the page's detail panel renders (as text, never as HTML)."""
+    extra = r.model_extra or {}
+    detail = r.detail or (r.crash.output_tail if r.crash else None)
+    return {
+        "key": r.key, "name": r.name, "sample": r.sample, "turn": r.turn,
+        "status": r.status, "compiled": r.compiled, "correct": is_correct(r),
+        "error": r.error, "detail": detail[-MAX_DETAIL_CHARS:] if detail else None,
+        "flags": [f"{f.severity}: {f.code}" + (f" - {f.message}" if f.message else "")
+                  for f in r.flags],
+        "speedup": r.speedup, "counted_speedup": counted_speedup(r),
+        "speedup_ci": extra.get("speedup_ci"),
+        "candidate_ms": r.timing.median if r.timing else None,
+        "baseline_ms": r.baseline.median if r.baseline else None,
+        "source_sha256": r.source_sha256, "code": finder.code(r),
+    }
+
+
+def cell_summary(records: list[SampleRecord]) -> tuple[float | None, str]:
+    """A heat-map cell: the best counted speedup of the last turns, else the status that
+    got furthest (correct but uncounted > incorrect > runtime > compile failure)."""
+    last: dict[int, SampleRecord] = {}
+    for r in records:
+        if r.sample not in last or r.turn >= last[r.sample].turn:
+            last[r.sample] = r
+    speedups = [s for s in map(counted_speedup, last.values()) if s]
+    if speedups:
+        return max(speedups), "correct"
+    order = ("correct", "incorrect", "runtime_error", "timeout", "oom", "crashed",
+             "output_flood", "compile_error")
+    statuses = [r.status for r in last.values()]
+    for status in order:
+        if status in statuses:
+            return None, status
+    return None, statuses[0] if statuses else "missing"

@@ -1,0 +1,160 @@
+"""The report's tables: one row per run (per model by default) and one per run and
+level, as display strings shared by every output format, so that the terminal, Markdown,
+CSV and HTML say the same thing the same way: rates in %, a missing value as "-".
+
+Scores are recomputed from the records with kb_eval.eval.judge.score (the same code that
+wrote the run's summary), so that a per-level row and an interrupted run (--all-runs)
+are scored exactly like a whole run.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+
+from kb_eval.eval.judge.score import FAST_P, PASS_K, fast_p_name, summarize
+from kb_eval.report.runs import RunEntry
+from kb_eval.report.text import usage_totals
+from kb_eval.results import RunSummary
+
+MISSING = "-"
+FAST_COLS = tuple(fast_p_name(p) for p in FAST_P)
+PASS_COLS = tuple(f"pass@{k}" for k in PASS_K)
+
+
+@dataclass
+class RunStats:
+    entry: RunEntry
+    summary: RunSummary
+    levels: dict[int, RunSummary]
+    usage: dict
+    wall_s: float | None
+
+
+def level_of(key: str, records) -> int:
+    """A problem's level, from its key (<source>/level<N>/<id>) or else its records."""
+    m = re.search(r"level(\d+)", key)
+    if m:
+        return int(m.group(1))
+    return next((r.level for r in records if r.key == key), 0)
+
+
+def _wall(run) -> float | None:
+    """Seconds from the run file's creation to its last write (a resumed run includes
+    the pause)."""
+    try:
+        span = datetime.fromisoformat(run.updated) - datetime.fromisoformat(run.created)
+    except (TypeError, ValueError):
+        return None
+    return span.total_seconds() if span.total_seconds() > 0 else None
+
+
+def run_stats(entry: RunEntry) -> RunStats:
+    run = entry.run
+    asked = list(dict.fromkeys(run.problems_asked))
+    spp = run.samples_per_problem
+    by_level: dict[int, list[str]] = {}
+    for key in asked:
+        by_level.setdefault(level_of(key, run.samples), []).append(key)
+    levels = {lvl: summarize([r for r in run.samples if r.key in set(keys)], keys, spp)
+              for lvl, keys in sorted(by_level.items())}
+    # From the records rather than the file's `usage`, like the per-level rows.
+    return RunStats(entry, summarize(run.samples, asked, spp), levels,
+                    usage_totals(run.samples), _wall(run))
+
+
+# ------------------------------------------------------------------ formatting
+def pct(x: float | None) -> str:
+    return MISSING if x is None else f"{100 * x:.1f}%"
+
+
+def money(x: float | None) -> str:
+    return MISSING if x is None else f"${x:.4f}"
+
+
+def times(x: float | None) -> str:
+    return MISSING if not x else f"{x:.3f}x"
+
+
+def duration(s: float | None) -> str:
+    if s is None:
+        return MISSING
+    s = int(round(s))
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+def score_cells(s: RunSummary, asked: int) -> dict:
+    cells = {"problems": asked, "compiled": pct(s.compiled_rate),
+             "correct": pct(s.correct_rate)}
+    cells.update({name: pct(s.fast_p.get(name)) for name in FAST_COLS})
+    cells["geomean"] = times(s.geomean_speedup)
+    cells.update({name: pct(s.pass_at_k.get(name)) for name in PASS_COLS})
+    return cells
+
+
+def _tokens(usage: dict) -> int | str:
+    if not usage.get("answers"):
+        return MISSING
+    return int(usage["prompt_tokens"]) + int(usage["completion_tokens"])
+
+
+def rank_order(stats: list[RunStats]) -> list[RunStats]:
+    """Best first: fast_1, then correct, then geomean speedup."""
+    return sorted(stats, key=lambda st: (-st.summary.fast_p.get("fast_1", 0.0),
+                                         -st.summary.correct_rate,
+                                         -(st.summary.geomean_speedup or 0.0),
+                                         st.entry.model))
+
+
+def model_rows(stats: list[RunStats]) -> list[dict]:
+    rows = []
+    for i, st in enumerate(rank_order(stats), start=1):
+        row = {"#": i, "model": st.entry.model, "run": st.entry.run.run,
+               "complete": "yes" if st.entry.complete else f"no ({st.entry.missing} missing)",
+               "samples/problem": st.entry.run.samples_per_problem}
+        row.update(score_cells(st.summary, len(set(st.entry.run.problems_asked))))
+        row.update({"tokens": _tokens(st.usage), "cost": money(st.usage.get("cost_usd")),
+                    "wall": duration(st.wall_s)})
+        rows.append(row)
+    return rows
+
+
+def level_rows(stats: list[RunStats]) -> list[dict]:
+    rows = []
+    for st in rank_order(stats):
+        run = st.entry.run
+        for lvl, s in st.levels.items():
+            recs = [r for r in run.samples if level_of(r.key, run.samples) == lvl]
+            usage = usage_totals(recs)
+            keys = {k for k in run.problems_asked if level_of(k, run.samples) == lvl}
+            row = {"level": lvl, "model": st.entry.model, "run": run.run}
+            row.update(score_cells(s, len(keys)))
+            row.update({"tokens": _tokens(usage), "cost": money(usage.get("cost_usd"))})
+            rows.append(row)
+    return sorted(rows, key=lambda r: r["level"])
+
+
+# ------------------------------------------------------------------ plain outputs
+def markdown_table(rows: list[dict]) -> str:
+    if not rows:
+        return ""
+    cols = list(rows[0])
+    esc = [[str(r[c]).replace("|", "\\|") for c in cols] for r in rows]
+    return "\n".join(["| " + " | ".join(cols) + " |",
+                      "|" + "|".join("---:" if isinstance(rows[0][c], int) else "---"
+                                     for c in cols) + "|"]
+                     + ["| " + " | ".join(r) + " |" for r in esc])
+
+
+def rich_table(title: str, rows: list[dict]):
+    """A rich Table of the rows (the caller checked that rich is installed)."""
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left")
+    for col in rows[0]:
+        table.add_column(str(col), justify="right" if col not in ("model", "run", "complete")
+                         else "left", no_wrap=col in ("model", "run"))
+    for r in rows:
+        table.add_row(*(str(v) for v in r.values()))
+    return table

@@ -1,0 +1,208 @@
+"""kb_eval.report across runs: grouping (never ranking across baselines), the latest
+complete run per model, to_frame, user mistakes, and the HTML page checked in a real
+headless Chromium (skipped, saying why, where Chromium is not installed).
+
+The runs are results.json files written with the real schemas; nothing is evaluated.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from kb_eval.eval.judge.score import summarize
+from kb_eval.report.cli import main
+from kb_eval.results import (Flag, HardwareInfo, Producer, RunFile, SampleRecord,
+                             to_frame, write_json_atomic)
+from kb_eval.timing import TimingSettings, TimingStats
+
+HW = HardwareInfo(device="cuda", name="NVIDIA H100", slug="nvidia-h100", torch_version="x")
+
+
+def _stats(ms: float) -> TimingStats:
+    return TimingStats(mean=ms, median=ms, std=0.0, min=ms, max=ms, p25=ms, p75=ms, n=10)
+
+
+def _record(level: int, pid: int, sample: int, speedup: float | None, code: str,
+            run_dir: Path, with_path: bool) -> SampleRecord:
+    key = f"ops/level{level}/{pid}"
+    ok = speedup is not None
+    r = SampleRecord(key=key, sample=sample, level=level, problem_id=pid, name=f"Op{pid}",
+                     source="ops", status="correct" if ok else "compile_error", compiled=ok,
+                     correct=ok, speedup=speedup, error=None if ok else "nvcc: error X",
+                     source_sha256=hashlib.sha256(code.encode()).hexdigest(),
+                     timing=_stats(1.0 / speedup) if ok else None,
+                     baseline=_stats(1.0) if ok else None,
+                     flags=[Flag(code="slow_warmup", message="first call slow")] if ok else [])
+    rel = Path("code") / f"level{level}_{pid}_sample{sample}_turn0.py"
+    (run_dir / rel).parent.mkdir(parents=True, exist_ok=True)
+    (run_dir / rel).write_text(code)
+    if with_path:  # as kb_eval.run records it; else found by source_sha256
+        r.code_path = rel.as_posix()
+    r.prompt_tokens, r.completion_tokens, r.cost = 100, 50, (0.002 if with_path else None)
+    if ok:
+        r.speedup_ci = [round(speedup * 0.9, 3), round(speedup * 1.1, 3)]
+    return r
+
+
+def write_run(root: Path, model: str, run: str, speedups: dict, *, baseline: str = "file",
+              updated: str = "2026-01-01T00:10:00+00:00", missing: int = 0,
+              samples_per_problem: int = 1) -> Path:
+    """speedups: {(level, problem_id): [speedup or None per sample]}; the last `missing`
+    asked samples get no record (an interrupted run)."""
+    run_dir = root / model / run
+    recs = [_record(lvl, pid, s, x, f"# kernel {model} {run} level{lvl} problem{pid} "
+                    f"sample{s}\nclass ModelNew: pass\n", run_dir, with_path=pid % 2 == 1)
+            for (lvl, pid), xs in speedups.items() for s, x in enumerate(xs)]
+    recs = recs[:len(recs) - missing]
+    asked = [f"ops/level{lvl}/{pid}" for lvl, pid in speedups]
+    f = RunFile(produced_by=Producer(tool="test"), precision="fp32", name=model, run=run,
+                hardware=HW, backend="cuda", source="ops", timing=TimingSettings(),
+                baseline="live" if baseline == "live" else
+                "results/baseline/nvidia-h100/ops/fp32.json",
+                problems_asked=asked, samples_per_problem=samples_per_problem, samples=recs,
+                created="2026-01-01T00:00:00+00:00", updated=updated)
+    f.summary = summarize(recs, asked, samples_per_problem)
+    write_json_atomic(run_dir / "results.json", f)
+    return run_dir / "results.json"
+
+
+FOUR = [(1, 1), (1, 2), (2, 1), (2, 2)]
+
+
+@pytest.fixture
+def results(tmp_path) -> Path:
+    root = tmp_path / "results"
+    # alpha: an old complete run, the latest complete one, and a newer interrupted one.
+    write_run(root, "alpha", "r0", {k: [0.5] for k in FOUR},
+              updated="2026-01-01T00:05:00+00:00")
+    write_run(root, "alpha", "r1", {k: [x] for k, x in zip(FOUR, [1.5, 2.5, None, 0.9])})
+    write_run(root, "alpha", "r2", {k: [9.0] for k in FOUR}, missing=2,
+              updated="2026-01-02T00:00:00+00:00")
+    # beta: same problems and baseline kind, two samples per problem.
+    write_run(root, "beta", "b1", {k: [1.1, None] for k in FOUR}, samples_per_problem=2)
+    # gamma: a live baseline and more problems (a different group, however fast).
+    write_run(root, "gamma", "g1", {(1, i): [5.0] for i in range(1, 7)}, baseline="live")
+    return root
+
+
+def _groups(out: str) -> dict[str, str]:
+    parts = out.split("\n== ")[1:]
+    return {p.splitlines()[0]: p for p in parts}
+
+
+def test_groups_never_mix_baselines_and_latest_complete_run(results, capsys):
+    assert main(["--results-dir", str(results)]) == 0
+    out = capsys.readouterr().out
+    groups = _groups(out)
+    assert len(groups) == 2, out
+    live = next(v for k, v in groups.items() if "baseline live" in k)
+    file = next(v for k, v in groups.items() if "baseline file" in k)
+    assert "gamma" in live and "alpha" not in live and "beta" not in live
+    assert "gamma" not in file
+    models = file.split("-- by level")[0]
+    assert " r1 " in models and " r0 " not in models and " r2 " not in models
+    assert models.index("alpha") < models.index("beta")  # fast_1 50% vs 0%
+    assert "left out alpha/r2 (incomplete, 2 asked sample(s) without a record)" in out
+    assert "left out alpha/r0 (older than r1)" in out
+    assert "50.0%" in models and "$0.0040" in models  # percentages, cost of r1's 2 priced
+    assert "0.5" not in models.replace("fast_0.5", "")  # no bare fractions
+
+
+def test_all_runs_markdown_and_csv(results, tmp_path, capsys):
+    csv_path = tmp_path / "lb.csv"
+    assert main(["--results-dir", str(results), "--all-runs", "--markdown",
+                 "--csv", str(csv_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("\n## ") == 2 and "| model |" in out.replace("| # | model", "| model")
+    assert "no (2 missing)" in out
+    lines = csv_path.read_text().splitlines()
+    assert lines[0].startswith("hardware,precision,backend,baseline,problem_set,level,#,")
+    assert sum(",all," in ln for ln in lines) == 5  # every run, one row each
+    gamma = next(ln for ln in lines if ",gamma," in ln and ",all," in ln)
+    assert ",-," in gamma and "%" in gamma  # no prices: "-" as in the terminal
+
+
+def test_empty_selection_is_not_an_error(results, capsys):
+    assert main(["--results-dir", str(results), "--precision", "bf16"]) == 0
+    assert "no runs under" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--precision", "fp64"], "unknown --precision 'fp64'"),
+    (["--model", "nosuch"], "unknown --model 'nosuch'"),
+    (["--results-dir", "/nonexistent/kb"], "does not exist"),
+    (["--csv", "/nonexistent/dir/lb.csv"], "cannot write /nonexistent/dir/lb.csv"),
+    (["--html", "/proc/kb-report.html"], "cannot write /proc/kb-report.html"),
+])
+def test_user_mistakes_exit_2_with_one_line(results, capsys, args, message):
+    from kb_eval.cli import run_cli
+
+    argv = (["--results-dir", str(results)] if "--results-dir" not in args else []) + args
+    assert run_cli(main, argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+
+
+def test_to_frame_one_row_per_sample_sorted(results):
+    df = to_frame(results / "beta" / "b1" / "results.json")
+    assert len(df) == 8
+    order = list(zip(df["level"], df["problem_id"], df["sample"], df["turn"]))
+    assert order == sorted(order)
+    assert {"timing.median", "baseline.median", "prompt_tokens", "cost", "flags",
+            "model", "baseline_kind"} <= set(df.columns)
+    assert df["flags"].iloc[0] == "slow_warmup" and (df["model"] == "beta").all()
+
+
+# ------------------------------------------------------------------ the page in Chromium
+def _chromium() -> str:
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    if not exe:
+        pytest.skip("chromium not installed (Debian: apt-get install -y chromium); "
+                    "the HTML report is not checked in a browser here")
+    return exe
+
+
+def _browse(exe: str, *args: str) -> subprocess.CompletedProcess:
+    cmd = [exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+           "--no-first-run", "--hide-scrollbars", "--window-size=1200,2000", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+
+
+def test_html_report_renders_in_chromium(results, tmp_path):
+    page = tmp_path / "report.html"
+    assert main(["--results-dir", str(results), "--html", str(page)]) == 0
+    text = page.read_text()
+    assert "http://" not in text and "https://" not in text and "<link" not in text
+    assert text.count("data:image/png;base64,") == 4  # 2 figures x 2 groups
+    exe = _chromium()
+    shot = tmp_path / "screenshot.png"
+    done = _browse(exe, f"--screenshot={shot}", page.as_uri())
+    print(f"screenshot: {shot}")
+    assert shot.exists(), done.stderr[-2000:]
+    # Open a heat-map cell as a click would (#cell=...): its verdict and code appear.
+    dom = _browse(exe, "--dump-dom", page.as_uri() + "#cell=g0-r0-ops%2Flevel1%2F1").stdout
+    assert 'data-ready="1"' in dom, dom[-2000:]
+    assert '<div id="js-errors"></div>' in dom, dom.split('id="js-errors"')[1][:500]
+    assert "# kernel alpha r1 level1 problem1 sample0" in dom
+    assert "warning: slow_warmup - first call slow" in dom and "[1.35,1.65]" in dom
+    _assert_plot_visible(shot)
+
+
+def _assert_plot_visible(shot: Path) -> None:
+    """The screenshot shows a matplotlib figure: many pixels of its first line colour
+    (C0, #1f77b4, used by nothing else on the page) and a varied, non-blank image."""
+    import numpy as np
+    from matplotlib import image
+
+    px = image.imread(str(shot))[..., :3]
+    if px.dtype != np.uint8:
+        px = (px * 255).round().astype(int)
+    blue = (np.abs(px - np.array([0x1F, 0x77, 0xB4])) < 40).all(axis=-1).sum()
+    non_white = (px < 235).any(axis=-1).mean()
+    colours = len(np.unique(px.reshape(-1, 3)[::7], axis=0))
+    assert blue > 300 and non_white > 0.05 and colours > 50, (blue, non_white, colours)
