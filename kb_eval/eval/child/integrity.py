@@ -105,11 +105,49 @@ def _numerics() -> dict[str, Any]:
     return values
 
 
+def _disabled_dynamo_of(new: Any, old: Any) -> bool:
+    """Whether `new` is `torch._disable_dynamo(old)`: what PyTorch's own dynamo does to
+    `torch.manual_seed` when it loads (a candidate calling torch.compile imports it). The
+    wrapper only calls `old` with dynamo off, so it changes nothing we rely on. Checked by
+    the wrapper's code object (the one `torch._disable_dynamo` makes, not a look-alike)
+    and by what it wraps."""
+    if "torch._dynamo" not in sys.modules or getattr(new, "__wrapped__", None) is not old:
+        return False
+    import torch
+
+    try:
+        reference = torch._disable_dynamo(lambda: None)
+    except Exception:  # noqa: BLE001 - an older torch without it: not PyTorch's wrapper
+        return False
+    if getattr(new, "__code__", None) is not reference.__code__:
+        return False
+    # The wrapper calls the function in its closure: that must be the original itself.
+    cells = [c.cell_contents for c in (new.__closure__ or ())]
+    return any(c is old for c in cells)
+
+
+# Protected objects that PyTorch's own lazy machinery replaces, and how to recognise it.
+LAZY_MACHINERY = {"torch.manual_seed": _disabled_dynamo_of}
+
+
 class Snapshot:
     """What the protected objects are now; `changes()` says what differs later."""
 
     def __init__(self):
         self.items = self._take()
+        self.lazy = {key: _resolve(*key.split(".", 1)) for key in LAZY_MACHINERY}
+
+    def _accept_lazy(self, changed: list[str]) -> list[str]:
+        """Drop the changes PyTorch itself made (and take them as the new baseline)."""
+        kept = []
+        for key in changed:
+            check = LAZY_MACHINERY.get(key)
+            new = _resolve(*key.split(".", 1)) if check else None
+            if check and check(new, self.lazy[key]):
+                self.items[key], self.lazy[key] = _fingerprint(new), new
+            else:
+                kept.append(key)
+        return kept
 
     @staticmethod
     def _take() -> dict[str, Any]:
@@ -144,4 +182,4 @@ class Snapshot:
         now = self._take()
         changed = [k for k, v in self.items.items() if now.get(k) != v]
         changed += [k for k in now if k not in self.items and not k.startswith("builtins.")]
-        return sorted(changed)
+        return sorted(self._accept_lazy(changed))
