@@ -9,6 +9,14 @@ writes `kb_build.json` into the folder; its presence is the cache hit, and a cac
 compile error is served from it too (timeouts and crashes are not cached: they may pass
 next time).
 
+A compile error is the candidate's, and cached, only when the compiler ran on its source
+and said why (a diagnostic: `error:`, an undefined reference). A failure of ours (our
+precompiled header missing or unreadable, a file of our cache gone, the compiler killed,
+a timeout while a precompiled header was being made) is never cached: the build is tried
+once more without the precompiled header, and if that fails for a reason of ours too,
+the outcome carries `harness_error` instead of blaming the candidate. A cached compile
+error that shows a fault of ours (written by an older version) is ignored and rebuilt.
+
 Builds run with no GPU visible (CUDA_VISIBLE_DEVICES=""), so they run on CPU workers while
 GPUs evaluate. An exception at import that is not a build error (say the module asks for
 the GPU at import) makes the build "deferred": the run child, which sees the GPU, decides.
@@ -31,11 +39,30 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kb_eval.eval.judge.crashes import crash_info, status_of
+from kb_eval.eval.schedule import pch
 from kb_eval.isolation import BUILD_POLL_S, ChildOutcome, run_isolated
 from kb_eval.results import BuildInfo, CrashInfo, write_json_atomic
 
 MARKER = "kb_build.json"
+HARNESS_ERROR = "harness_error"  # BuildInfo.status of a build that failed for a reason of ours
+# Signals that end a build child only when someone kills it (our own kills, for a timeout,
+# memory or output, are reported as such): the OOM killer, a user, a shutdown.
+KILL_SIGNALS = ("SIGKILL", "SIGTERM", "SIGINT", "SIGHUP")
 _COMPILE_ERROR = re.compile(r"error|undefined reference|undefined symbol|fatal", re.IGNORECASE)
+# A compiler or linker that read the source and said why it rejects it (case-sensitive:
+# Python's "RuntimeError:" around every load_inline failure must not count).
+_DIAGNOSTIC = re.compile(r"\berror:|\berror :|undefined reference|undefined symbol|"
+                         r"multiple definition")
+# Failures that are ours whatever the source: (pattern, what went wrong).
+_OUR_FAULTS = (
+    (r"precompiled header|PCH file", "the precompiled header could not be read"),
+    (r"/pch/[0-9a-f]{24}/torch/", "a file of the precompiled header is missing"),
+    (r"signal terminated program", "the compiler was killed"),
+    (r"internal compiler error", "the compiler crashed"),
+    (r"build stopped: interrupted", "the build was interrupted"),
+    (r"ninja: error: loading", "a build file of ours is missing"),
+    (r"eval/schedule/pch\.py", "the compiler front failed"),
+)
 
 
 # ------------------------------------------------------------------ cache key
@@ -100,6 +127,29 @@ def trim_compiler_output(text: str, max_lines: int = 60, context: int = 2) -> st
     return "\n".join(lines[j][:400] for j in sorted(keep)[:max_lines])
 
 
+def toolchain_fault(text: str, our_dirs: list[str]) -> str | None:
+    """Why a failed build is our fault, with the line that shows it (None: nothing says
+    so). `our_dirs` are folders only we write (the PCH folder, the builds folder): a
+    compiler that cannot find, or run, a file there failed on us, not on the source."""
+    checks = list(_OUR_FAULTS)
+    for folder in filter(None, our_dirs):
+        path = re.escape(folder.rstrip("/")) + r"/\S*"
+        checks.append((rf"error: {path}|{path}: (No such file or directory|not found|"
+                       rf"Permission denied)", "a file of ours is missing"))
+    for pattern, why in checks:
+        found = re.search(pattern, text)
+        if found:
+            start = text.rfind("\n", 0, found.start()) + 1
+            end = text.find("\n", found.end())
+            return f"{why}: {text[start:end if end >= 0 else None].strip()[:300]}"
+    return None
+
+
+def is_diagnosed(text: str) -> bool:
+    """The compiler or linker said what is wrong with the source."""
+    return bool(_DIAGNOSTIC.search(text))
+
+
 # ------------------------------------------------------------------ child side
 def _is_build_error(e: BaseException) -> bool:
     text = str(e)
@@ -123,8 +173,12 @@ def build_candidate(payload: dict, workdir: Path) -> dict:
     except Exception as e:  # noqa: BLE001 - the candidate's failure, reported
         text = f"{type(e).__name__}: {e}"
         if _is_build_error(e):
+            ours = [os.environ.get("KB_PCH_DIR", ""),
+                    str(Path(payload["extensions_dir"]).parent)]
             return {"status": "compile_error", "error": text.splitlines()[0][:300],
-                    "detail": trim_compiler_output(text), "seconds": time.monotonic() - t0}
+                    "detail": trim_compiler_output(text), "seconds": time.monotonic() - t0,
+                    "toolchain_fault": toolchain_fault(text, ours),
+                    "diagnosed": is_diagnosed(text)}
         return {"status": "deferred", "error": text.splitlines()[0][:300],
                 "seconds": time.monotonic() - t0}
     if not isinstance(getattr(module, "ModelNew", None), type):
@@ -141,6 +195,15 @@ class BuildOutcome:
     error: str | None = None
     detail: str | None = None
     crash: CrashInfo | None = None
+    # Set when the build failed for a reason of ours (toolchain, precompiled header, our
+    # cache's files, a kill or a timeout while a PCH was being made), even after a retry
+    # without the PCH: what went wrong, in words. The candidate is not to blame, so the
+    # sample is an eval_error, not a compile_error; never cached (info.status is
+    # "harness_error").
+    harness_error: str | None = None
+    # Why the build was tried a second time without the precompiled header (a fault of
+    # ours in the first try); None when it was built once.
+    retried: str | None = None
 
     @property
     def usable(self) -> bool:
@@ -182,6 +245,11 @@ class Builder:
         with self._guard:
             return self._locks.setdefault(key, threading.Lock())
 
+    @property
+    def pch_dir(self) -> str:
+        """The compiler front's PCH folder ("" without the front)."""
+        return self.env.get("KB_PCH_DIR", "")
+
     def build(self, source: str, workdir: Path) -> BuildOutcome:
         key = cache_key(source, self.fingerprint)
         ext_dir = self.root / key
@@ -196,33 +264,94 @@ class Builder:
             if not needs_build(source):
                 return BuildOutcome(BuildInfo(cache_key=key, status="skipped"), str(ext_dir))
             ext_dir.mkdir(parents=True, exist_ok=True)
-            out = run_isolated("kb_eval.eval.schedule.build:build_candidate",
-                               {"source": source, "extensions_dir": str(ext_dir)},
-                               workdir=workdir, timeout_s=self.timeout_s,
-                               mem_limit_mb=self.mem_limit_mb, env=self.env, prewarm=True,
-                               poll_s=BUILD_POLL_S)
-            return self._record(key, ext_dir, out)
+            return self._build_twice_at_most(source, key, ext_dir, workdir)
+
+    def _build_twice_at_most(self, source: str, key: str, ext_dir: Path,
+                             workdir: Path) -> BuildOutcome:
+        """Build; on a failure of ours, once more without the PCH (it is the usual
+        suspect, and a plain compile needs nothing of ours but the front's exec)."""
+        first = self._run(source, ext_dir, workdir, bypass_pch=False)
+        if first.status == "crashed" and first.signal_name in KILL_SIGNALS:
+            # Not retried: the kill may be ours, closing the run (a retry would hold it up).
+            return self._harness_fault(key, ext_dir, first, f"the build was killed "
+                                       f"({first.signal_name})")
+        fault = self._fault_of_ours(first)
+        if fault is None:
+            return self._record(key, ext_dir, first)
+        second = self._run(source, ext_dir, workdir, bypass_pch=True)
+        second.wall_s += first.wall_s
+        fault_again = self._fault_of_ours(second)
+        if fault_again is None:
+            outcome = self._record(key, ext_dir, second)
+        else:
+            outcome = self._harness_fault(key, ext_dir, second, fault_again)
+        outcome.retried = fault
+        return outcome
+
+    def _run(self, source: str, ext_dir: Path, workdir: Path, bypass_pch: bool) -> ChildOutcome:
+        env = {**self.env, pch.BYPASS_VAR: "1"} if bypass_pch else self.env
+        started = time.time()
+        out = run_isolated("kb_eval.eval.schedule.build:build_candidate",
+                           {"source": source, "extensions_dir": str(ext_dir)},
+                           workdir=workdir, timeout_s=self.timeout_s,
+                           mem_limit_mb=self.mem_limit_mb, env=env,
+                           prewarm=not bypass_pch,  # spares are for the usual env only
+                           poll_s=BUILD_POLL_S)
+        out.extra["started"] = started
+        return out
+
+    def _fault_of_ours(self, out: ChildOutcome) -> str | None:
+        """Why this build's failure is ours (None: it is the candidate's, or no failure)."""
+        if out.status == "timeout":
+            if self.pch_dir and pch.activity_since(Path(self.pch_dir), out.extra["started"]):
+                return "the build timed out while a precompiled header was being made"
+            return None
+        r = out.result or {}
+        if out.ok and r.get("status") == "compile_error":
+            return r.get("toolchain_fault")
+        return None
 
     def _cached(self, key: str, ext_dir: Path) -> BuildOutcome | None:
         try:
             data = json.loads((ext_dir / MARKER).read_text())
         except (OSError, ValueError):
             return None
+        if data.get("status") == "compile_error" and not self._blames_candidate(data):
+            (ext_dir / MARKER).unlink(missing_ok=True)  # an older version's, for a fault
+            return None                                  # of ours: build again
         info = BuildInfo(cache_key=key, cache_hit=True, status=data["status"], seconds=0.0)
         return BuildOutcome(info, str(ext_dir), error=data.get("error"), detail=data.get("detail"))
+
+    def _blames_candidate(self, r: dict) -> bool:
+        """A compile error the compiler gave for the candidate's source, nothing of ours:
+        the only kind of failure worth caching. Entries of older versions carry no
+        verdict: their text is judged again."""
+        text = f"{r.get('error') or ''}\n{r.get('detail') or ''}"
+        fault = r.get("toolchain_fault") or toolchain_fault(text, [self.pch_dir, str(self.root)])
+        return fault is None and r.get("diagnosed", True)
 
     def _record(self, key: str, ext_dir: Path, out: ChildOutcome) -> BuildOutcome:
         if out.ok:
             r = out.result or {}
             info = BuildInfo(cache_key=key, status=r.get("status", "ok"),
                              seconds=round(out.wall_s, 3))
-            if info.status in ("ok", "compile_error"):
+            if info.status == "ok" or (info.status == "compile_error"
+                                       and self._blames_candidate(r)):
                 write_json_atomic(ext_dir / MARKER, {**r, "built_s": out.wall_s})
             return BuildOutcome(info, str(ext_dir), error=r.get("error"), detail=r.get("detail"))
         crash = crash_info("build", out)
         info = BuildInfo(cache_key=key, status=status_of(crash), seconds=round(out.wall_s, 3))
         return BuildOutcome(info, str(ext_dir), error=f"build {out.describe()}",
                             detail=out.output_tail[-4000:], crash=crash)
+
+    def _harness_fault(self, key: str, ext_dir: Path, out: ChildOutcome,
+                       fault: str) -> BuildOutcome:
+        """Failed twice for reasons of ours: say so, cache nothing, blame no one."""
+        r = out.result or {}
+        info = BuildInfo(cache_key=key, status=HARNESS_ERROR, seconds=round(out.wall_s, 3))
+        return BuildOutcome(info, str(ext_dir), error=f"build failed, not the candidate's "
+                            f"fault: {fault}", detail=r.get("detail") or out.output_tail[-4000:],
+                            harness_error=fault)
 
 
 # ------------------------------------------------------------------ crash kinds

@@ -10,17 +10,30 @@ and torch's headers), in `<KB_PCH_DIR>/<key>/torch/extension.h.gch`, and puts th
 first on the include path. GCC itself decides whether the header is valid for the compile
 and otherwise reads the real headers, so a PCH can make a build faster, never different.
 
-The first compile that finds none makes it (under a file lock, ~45 s) and others go on
-without it meanwhile. Anything else (linking, `-E`, version queries, other sources) goes
-straight to the real compiler (`KB_PCH_CXX`). Torch's own `use_pch` writes into torch's
-install folder; this keeps everything inside our cache. Run as a script: it imports
-nothing of kb_eval, so each compile pays only a bare Python start.
+A PCH folder holds three things, and is used only when all three are there and agree:
+`torch/extension.h.gch`; `torch/extension.h`, a copy of the real header, because GCC
+resolves a *second* `#include <torch/extension.h>` (most candidates write one) in the
+folder where it found the .gch, and fails with "No such file or directory" if the header
+is not there; and `complete.json`, written last, with the sizes of both. The folder is
+made in `<key>.tmp.<pid>` and renamed into place, so a kill (Ctrl-C, SIGKILL, a build
+timeout) leaves only a temporary folder, which the next maker removes; a folder without
+a valid marker (left by an older version, or damaged) is never used and is remade.
+
+The first compile that finds none makes it (under a file lock `<key>.lock`, ~45 s) and
+others go on without it meanwhile. Anything else (linking, `-E`, version queries, other
+sources) goes straight to the real compiler (`KB_PCH_CXX`), and so does every compile
+when `KB_PCH_BYPASS` is set (the builder's retry after a failure it blames on us). Any
+trouble with the PCH itself means compiling without it, never failing. Torch's own
+`use_pch` writes into torch's install folder; this keeps everything inside our cache.
+Run as a script: it imports nothing of kb_eval, so each compile pays only a bare Python
+start.
 """
 
 from __future__ import annotations
 
 import fcntl
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -28,6 +41,9 @@ import sys
 from pathlib import Path
 
 HEADER = "torch/extension.h"
+GCH = HEADER + ".gch"
+COMPLETE = "complete.json"
+BYPASS_VAR = "KB_PCH_BYPASS"
 SOURCES = (".cpp", ".cc", ".cxx")
 DROP_WITH_VALUE = {"-o", "-MF", "-MT", "-MQ"}
 DROP = {"-c", "-MMD", "-MD"}
@@ -103,48 +119,122 @@ def pch_key(real: str, flags: list[str], header: Path) -> str:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:24]
 
 
+# ------------------------------------------------------------------ a PCH folder
+def is_complete(folder: Path) -> bool:
+    """All three parts there, the .gch and the header as long as the marker says: a
+    folder that fails this is never put on an include path (GCC would fail on it)."""
+    try:
+        marker = json.loads((folder / COMPLETE).read_text())
+        return ((folder / GCH).stat().st_size == marker["gch_size"] > 0
+                and (folder / HEADER).stat().st_size == marker["header_size"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
 def ensure_pch(real: str, root: Path, flags: list[str]) -> Path | None:
     """The folder to put first on the include path, or None (no PCH, or being made)."""
     header = header_path(flags)
     if header is None:
         return None
-    folder = root / pch_key(real, flags, header)
-    gch = folder / "torch" / "extension.h.gch"
-    if gch.is_file():
+    key = pch_key(real, flags, header)
+    folder = root / key
+    if is_complete(folder):
         return folder
-    if (folder / "failed").exists():
+    if (root / f"{key}.failed").exists():
         return None
-    gch.parent.mkdir(parents=True, exist_ok=True)
-    with open(folder / "lock", "w") as lock:
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / f"{key}.lock", "a") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            return None  # another compile is making it: do not wait for it
-        if gch.is_file():
+            return None  # another compile is making it: go on without, do not wait
+        if is_complete(folder):  # made while we looked
             return folder
-        tmp = gch.with_name(f"extension.h.gch.{os.getpid()}")
-        done = subprocess.run([real, "-x", "c++-header", *flags, str(header), "-o", str(tmp)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        if done.returncode != 0:
-            (folder / "failed").write_text(done.stderr[-4000:])
-            tmp.unlink(missing_ok=True)
-            return None
-        os.replace(tmp, gch)
-    return folder
+        return _make(real, root, key, flags, header)
+
+
+def _make(real: str, root: Path, key: str, flags: list[str], header: Path) -> Path | None:
+    """Under the key's lock: make the folder aside, then rename it into place whole."""
+    _remove_leftovers(root, key)
+    tmp = root / f"{key}.tmp.{os.getpid()}"
+    (tmp / HEADER).parent.mkdir(parents=True)
+    shutil.copy2(header, tmp / HEADER)  # same bytes and date: GCC's #pragma once matches
+    done = subprocess.run([real, "-x", "c++-header", *flags, str(header), "-o", str(tmp / GCH)],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if done.returncode != 0:
+        if done.returncode > 0:  # the compiler said no (a signal is not its verdict)
+            (root / f"{key}.failed").write_text(done.stderr[-4000:])
+        shutil.rmtree(tmp, ignore_errors=True)
+        return None
+    marker = {"gch_size": (tmp / GCH).stat().st_size,
+              "header_size": (tmp / HEADER).stat().st_size}
+    (tmp / COMPLETE).write_text(json.dumps(marker))
+    os.rename(tmp, root / key)
+    return root / key
+
+
+def _remove_leftovers(root: Path, key: str) -> None:
+    """Temporary folders of makers that were killed, and a folder that is not complete
+    (nobody uses one, so it can go; only the lock holder gets here)."""
+    for tmp in root.glob(f"{key}.tmp.*"):
+        shutil.rmtree(tmp, ignore_errors=True)
+    folder = root / key
+    if folder.exists() or folder.is_symlink():
+        trash = root / f"{key}.trash.{os.getpid()}"
+        os.rename(folder, trash)
+        shutil.rmtree(trash, ignore_errors=True)
+
+
+def activity_since(root: Path, since: float) -> bool:
+    """Whether a PCH was being made or finished at or after `since` (time.time()): a
+    build that timed out meanwhile may have spent its time on it, or competed with it for
+    the CPU. A temporary folder counts if made since then or if its maker still runs (a
+    killed maker's leftovers say nothing about later builds)."""
+    since -= 1.0  # file times come from a coarser clock than time.time()
+    try:
+        for tmp in root.glob("*.tmp.*"):
+            if tmp.stat().st_mtime >= since or _alive(tmp.name.rpartition(".")[2]):
+                return True
+        return any(m.stat().st_mtime >= since for m in root.glob(f"*/{COMPLETE}"))
+    except OSError:
+        return False
+
+
+def _alive(pid: str) -> bool:
+    """A running process (a zombie, killed but not yet reaped, is not)."""
+    try:
+        os.kill(int(pid), 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:
+        return True  # exists, another user's
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no /proc: kill() said it exists
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
+
+
+# ------------------------------------------------------------------ the front
+def include_folder(real: str, args: list[str]) -> Path | None:
+    """The PCH folder for this compile, or None; never raises: trouble with the PCH
+    means compiling without it."""
+    root = os.environ.get("KB_PCH_DIR")
+    if not root or os.environ.get(BYPASS_VAR):
+        return None
+    try:
+        found = split(args)
+        return ensure_pch(real, Path(root), found[0]) if found is not None else None
+    except Exception:  # noqa: BLE001 - any PCH trouble: compile without it
+        return None
 
 
 def main(argv: list[str]) -> int:
     real = os.environ.get("KB_PCH_CXX", "c++")
     args = argv[1:]
-    root = os.environ.get("KB_PCH_DIR")
-    found = split(args) if root else None
-    if found is not None:
-        try:
-            folder = ensure_pch(real, Path(root), found[0])
-        except OSError:
-            folder = None
-        if folder is not None:
-            args = ["-I", str(folder), *args]
+    folder = include_folder(real, args)
+    if folder is not None:
+        args = ["-I", str(folder), *args]
     os.execvp(real, [real, *args])
     return 127  # not reached: exec replaced this process
 
