@@ -13,6 +13,7 @@ from tqdm import tqdm
 from kb_eval.cli import (Parser, add_execution_flags, add_precision_flag, execution_config,
                          run_cli)
 from kb_eval.errors import UserError
+from kb_eval.ray_cluster import add_executor_flags, executor_config
 from kb_eval.eval.api import RunWriter, evaluate, prepare
 from kb_eval.eval.candidates import find_candidates, match_problems
 from kb_eval.eval.config import EvalConfig
@@ -78,6 +79,7 @@ def build_parser(defaults) -> argparse.ArgumentParser:
     p.add_argument("--keep-workdirs", action="store_true",
                    help="keep each sample's scratch folder (outputs, logs) for debugging")
     add_execution_flags(p, defaults)
+    add_executor_flags(p)
     return p
 
 
@@ -94,7 +96,8 @@ def make_config(args, defaults, cuda: bool) -> EvalConfig:
                timing=TimingSettings(warmup=warmup, trials=trials),
                recheck_timed=args.recheck_timed, atol=args.atol, rtol=args.rtol,
                live_baseline=args.live_baseline, results_dir=args.results_dir,
-               keep_workdirs=args.keep_workdirs, **execution_config(args))
+               keep_workdirs=args.keep_workdirs, **execution_config(args),
+               **executor_config(args))
     return EvalConfig(**cfg)
 
 

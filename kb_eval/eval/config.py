@@ -31,10 +31,6 @@ class EvalConfig(BaseModel):
                                "checked (picked at random after each call)")
     atol: float | None = Field(None, ge=0, description="default: per precision")
     rtol: float | None = Field(None, ge=0, description="default: per precision")
-    tolerance: Literal["f64", "kernelbench"] = Field(
-        "f64", description="which rule decides correctness: f64 (error against the reference "
-        "run in float64 within K times the reference's own, kb_eval/eval/judge/truth.py) or "
-        "kernelbench (allclose at atol/rtol); records carry both verdicts")
     live_baseline: bool = Field(False, description="time the reference in this run instead "
                                 "of reading results/baseline/<gpu>/<precision>.json")
     results_dir: Path = Path("results")
@@ -52,6 +48,10 @@ class EvalConfig(BaseModel):
     extra_env: dict[str, str] = Field(default_factory=dict, description="added to every "
                                       "child's environment (e.g. PATH)")
     keep_workdirs: bool = Field(False, description="keep each sample's scratch folder")
+    executor: Literal["local", "ray"] = Field("local", description="who runs builds and "
+                                              "device lanes: this machine, or a Ray cluster")
+    ray_address: str | None = Field(None, description="the Ray cluster to join (None: "
+                                    "$RAY_ADDRESS, else a new one on this machine)")
 
     @field_validator("results_dir", "cache_dir")
     @classmethod

@@ -68,9 +68,6 @@ def summary_table(run: RunFile) -> str:
             ("compiled rate", _pct(s.compiled_rate)), ("correct rate", _pct(s.correct_rate))]
     rows += [(name, _pct(v)) for name, v in s.fast_p.items() if name in ("fast_1", "fast_2")]
     rows += [(name, _pct(v)) for name, v in s.fast_p.items() if name not in ("fast_1", "fast_2")]
-    # the same, counting only speedups whose 95 % interval lies above p
-    rows += [(f"{name}_sig", _pct(v)) for name, v in s.fast_p_sig.items()
-             if name in ("fast_1", "fast_2")]
     geo = f"{s.geomean_speedup:.3f}x" if s.geomean_speedup else "n/a"
     rows.append(("geomean speedup (correct)", geo))
     rows += [(name, _pct(v)) for name, v in s.pass_at_k.items()]
@@ -84,20 +81,12 @@ def summary_table(run: RunFile) -> str:
     return text_table([{"metric": m, "value": str(v)} for m, v in rows])
 
 
-def _speedup(r) -> str:
-    """1.23x [1.10-1.35]: the speedup and its 95 % interval, when there is one."""
-    if not r.speedup:
-        return "-"
-    ci = getattr(r, "speedup_ci", None)
-    return f"{r.speedup:.2f}x" + (f" [{ci[0]:.2f}-{ci[1]:.2f}]" if ci else "")
-
-
 def samples_table(run: RunFile, max_rows: int = 40) -> str | None:
     """One row per recorded sample turn (None when there are more than max_rows)."""
     if not run.samples or len(run.samples) > max_rows:
         return None
     rows = [{"problem": r.key, "sample": r.sample, "turn": r.turn, "status": r.status,
-             "speedup": _speedup(r),
+             "speedup": f"{r.speedup:.2f}x" if r.speedup else "-",
              "error": (r.error or "")[:60]} for r in
             sorted(run.samples, key=lambda r: (r.level, r.problem_id, r.sample, r.turn))]
     return text_table(rows)

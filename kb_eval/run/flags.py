@@ -15,6 +15,7 @@ from pathlib import Path
 from kb_eval.cli import (Parser, add_execution_flags, add_precision_flag, add_selection_flags,
                          execution_config)
 from kb_eval.errors import UserError
+from kb_eval.ray_cluster import add_executor_flags, executor_config
 
 PROMPTS = ("zero_shot", "one_shot", "few_shot")
 # Flags a --resume takes from the run when not given again (so the run stays one run).
@@ -47,6 +48,7 @@ def build_parser(defaults) -> Parser:
     _add_run_flags(p)
     _add_timing_flags(p, defaults)
     add_execution_flags(p, defaults)
+    add_executor_flags(p)
     p.set_defaults(**{flag: None for flag in RESUMED_FLAGS})
     return p
 
@@ -164,5 +166,6 @@ def eval_config(args, defaults, cuda: bool):
                timing=TimingSettings(warmup=args.warmup, trials=args.trials),
                live_baseline=bool(args.live_baseline),
                # absolute: the build and run children work in other folders
-               results_dir=Path(args.results_dir).resolve(), **execution_config(args))
+               results_dir=Path(args.results_dir).resolve(), **execution_config(args),
+               **executor_config(args))
     return EvalConfig(**cfg)
