@@ -27,7 +27,8 @@ import tempfile
 from pathlib import Path
 
 from kb_eval.cli import (Parser, add_execution_flags, add_precision_flag,
-                         add_selection_flags, execution_config, run_cli)
+                         add_selection_flags, check_gpus_visible, execution_config, run_cli,
+                         writable_dir)
 from kb_eval.errors import UserError
 from kb_eval.isolation import run_isolated
 from kb_eval.problems import Problem, load_problems
@@ -202,7 +203,14 @@ def main(argv: list[str] | None = None) -> int:
 
     d = load_settings().defaults
     args = parser(d).parse_args(argv)
+    check_gpus_visible(args.gpus)
     if args.harness:
+        if args.out is not None:
+            if args.out.is_dir():
+                raise UserError(f"--out {args.out} is a folder: name a .json file")
+            writable_dir(args.out.parent, "--out", given=args.out)
+        else:
+            writable_dir(args.results_dir, "--results-dir")
         return harness_main(args, d)
     if args.seeds < 2:
         raise UserError(f"--seeds must be at least 2 to compare seeds (got {args.seeds})")

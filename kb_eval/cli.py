@@ -5,7 +5,9 @@ built and run (eval and run both evaluate)."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Callable
 
@@ -28,8 +30,8 @@ class Parser(argparse.ArgumentParser):
     """argparse that reports bad flags the same way as our other user errors."""
 
     def error(self, message: str):  # noqa: D401 - argparse API
-        self.print_usage(sys.stderr)
-        print(f"error: {message}", file=sys.stderr)
+        # One line, like every other user mistake (the usage block would bury it).
+        print(f"error: {message} (see {self.prog} --help)", file=sys.stderr)
         sys.exit(2)
 
 
@@ -39,15 +41,121 @@ def add_selection_flags(p: argparse.ArgumentParser, default_source: str) -> None
                    help="bundled suite (ops, bert), a KernelBench-layout folder "
                         "(level<N>/<id>_<Name>.py), or hf[:repo-id-or-local-dir] for the "
                         f"KernelBench dataset (default: {default_source})")
-    g.add_argument("--level", type=int, default=None, help="only this level (default: all)")
+    add_level_flag(g, "only these levels, e.g. --level 1 2 or --level 1,2 (default: all)")
     g.add_argument("--problems", default=None, metavar="IDS",
                    help="problem ids and ranges, e.g. 1-10,15 (default: all)")
     g.add_argument("--name", default=None, help="only problems whose name contains this")
 
 
+def parse_levels(text: str) -> list[int]:
+    """One --level word: '2' or '1,2' (several words are joined by add_level_flag)."""
+    try:
+        levels = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"bad level {text!r}: use numbers like 1 or 1,2")
+    if not levels or any(v < 1 for v in levels):
+        raise argparse.ArgumentTypeError(f"bad level {text!r}: levels are numbers from 1")
+    return levels
+
+
+class _Levels(argparse.Action):
+    """--level 1 2 and --level 1,2 both become [1, 2] (sorted, no repeats)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, sorted({v for word in values for v in word}))
+
+
+def add_level_flag(g, help_text: str) -> None:
+    g.add_argument("--level", nargs="+", type=parse_levels, action=_Levels, default=None,
+                   metavar="N", help=help_text)
+
+
 def add_precision_flag(p: argparse.ArgumentParser, default: str) -> None:
     p.add_argument("--precision", choices=["fp32", "fp16", "bf16"], default=default,
                    help=f"dtype of inputs and weights; fp32 runs with TF32 off (default: {default})")
+
+
+# EvalConfig.recheck_timed's default, written here so that the parsers need not import
+# kb_eval.eval (torch) before --help answers; tests/test_user_mistakes.py checks they agree.
+RECHECK_TIMED_DEFAULT = 8
+
+
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")  # torch.compile's modes
+
+
+def baseline_mode(compile_mode: str | None) -> str:
+    """EvalConfig.baseline_mode (and the baseline file's suffix) of --baseline-compile."""
+    return f"compile-{compile_mode}" if compile_mode else "eager"
+
+
+def add_checking_flags(p: argparse.ArgumentParser) -> None:
+    """How outputs are compared and what is kept (kb_eval.eval and kb_eval.run)."""
+    g = p.add_argument_group("checking and scoring candidates")
+    g.add_argument("--recheck-timed", type=int, default=RECHECK_TIMED_DEFAULT, metavar="K",
+                   help="also check the outputs of K timed calls, picked at random after "
+                        f"they return (default: {RECHECK_TIMED_DEFAULT}; 0 trusts the timed "
+                        "calls)")
+    g.add_argument("--atol", type=float, default=None,
+                   help="absolute tolerance (default: 1e-4 for fp32, 1e-2 for fp16, 2e-2 "
+                        "for bf16)")
+    g.add_argument("--rtol", type=float, default=None,
+                   help="relative tolerance (default: as --atol)")
+    g.add_argument("--keep-workdirs", action="store_true",
+                   help="keep each sample's scratch folder (outputs, logs) for debugging")
+    g.add_argument("--live-baseline", action="store_true",
+                   help="time the PyTorch reference in this run instead of reading "
+                        "results/baseline/<hardware>/<source>/<precision>.json (timed live "
+                        "anyway, with a note, when that file is missing or lacks a problem)")
+    g.add_argument("--baseline-compile", default=None, metavar="MODE",
+                   choices=COMPILE_MODES,
+                   help="score against the torch.compile baseline file made by `python -m "
+                        "kb_eval.baseline --compile MODE` (one of "
+                        f"{', '.join(COMPILE_MODES)}) instead of the eager one; a missing "
+                        "file is an error, never replaced by live timing")
+
+
+def check_tolerances(args) -> None:
+    """Negative tolerances or recheck counts are mistakes, reported before any work."""
+    for flag in ("atol", "rtol", "recheck_timed"):
+        v = getattr(args, flag, None)
+        if v is not None and v < 0:
+            raise UserError(f"--{flag.replace('_', '-')} must be at least 0 (got {v:g})")
+    if getattr(args, "baseline_compile", None) and getattr(args, "live_baseline", False):
+        raise UserError("--baseline-compile and --live-baseline: pick one baseline")
+
+
+def add_quiet_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def writable_dir(path: Path | str, flag: str, given: Path | str | None = None) -> Path:
+    """A folder we are about to write into, made now and probed with a scratch file:
+    a file in the way, a missing permission or a read-only place is one line before any
+    work, not a traceback from deep inside the first write (os.access would not do: it
+    says yes to root, even on a read-only file system). `given`: what the user typed, when
+    `path` is the folder of a file they named."""
+    path = Path(path).expanduser()
+    flag = f"{flag} {given if given is not None else path}"
+    blocker = next((p for p in (path, *path.parents) if p.exists() or p.is_symlink()), None)
+    if blocker is not None and not blocker.is_dir():
+        raise UserError(f"{flag}: {blocker} is a file, not a folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path, prefix=".kb_eval_probe_"):
+            pass
+    except OSError as e:
+        raise UserError(f"{flag}: cannot write to {path} ({e.strerror or e})") from None
+    return path
+
+
+def check_gpus_visible(spec: str | None, flag: str = "--gpus") -> None:
+    """GPUs asked for on a machine that has none: refuse rather than ignore the flag."""
+    if not spec:
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        raise UserError(f"{flag} {spec}: no GPU visible (torch sees no CUDA device)")
 
 
 def add_execution_flags(p: argparse.ArgumentParser, defaults) -> None:
@@ -76,6 +184,8 @@ def execution_config(args) -> dict:
     """EvalConfig fields from add_execution_flags' flags."""
     if args.jobs is not None and args.jobs < 1:
         raise UserError(f"--jobs must be at least 1 (got {args.jobs})")
+    check_gpus_visible(args.gpus)
+    writable_dir(args.cache_dir, "--cache-dir")
     cfg = dict(cache_dir=Path(args.cache_dir).resolve(), build_timeout_s=args.build_timeout,
                run_timeout_s=args.run_timeout, mem_limit_mb=args.mem_limit_mb,
                pch=not args.no_pch,

@@ -26,6 +26,7 @@ def to_frame(path):
     """The samples of a results.json (or of the run folder that holds one)."""
     import pandas as pd
 
+    from kb_eval.report.runs import baseline_kind
     from kb_eval.results import RunFile, read_model
 
     path = Path(path)
@@ -35,7 +36,7 @@ def to_frame(path):
     run_cols = {"model": run.name, "run": run.run, "hardware": run.hardware.slug,
                 "run_precision": run.precision, "run_backend": run.backend,
                 "run_source": run.source,
-                "baseline_kind": "live" if run.baseline == "live" else "file"}
+                "baseline_kind": baseline_kind(run)}
     rows = []
     for r in run.samples:
         d = r.model_dump(mode="json")

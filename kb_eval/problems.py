@@ -62,20 +62,32 @@ def parse_ids(spec: str | None) -> set[int] | None:
     return ids
 
 
-def select(problems: list[Problem], level: int | None, ids: str | None, name: str | None,
-           where: str) -> list[Problem]:
-    """Filter by level, id list/ranges and name substring; every asked id must exist."""
+def as_levels(level: int | list[int] | tuple[int, ...] | None) -> list[int] | None:
+    """One level, several, or None (all): callers may pass an int (the old form) or a list."""
+    if level is None:
+        return None
+    levels = [level] if isinstance(level, int) else list(level)
+    return sorted(set(levels)) or None
+
+
+def select(problems: list[Problem], level: int | list[int] | None, ids: str | None,
+           name: str | None, where: str) -> list[Problem]:
+    """Filter by level(s), id list/ranges and name substring; every asked level and id
+    must exist."""
     levels = sorted({p.level for p in problems})
-    if level is not None and level not in levels:
-        raise UserError(f"level {level} not in {where} (levels there: {levels or 'none'})")
-    chosen = [p for p in problems if level is None or p.level == level]
+    asked = as_levels(level)
+    unknown = [lv for lv in asked or [] if lv not in levels]
+    if unknown:
+        shown = ", ".join(map(str, unknown))
+        raise UserError(f"level {shown} not in {where} (levels there: {levels or 'none'})")
+    chosen = [p for p in problems if asked is None or p.level in asked]
     wanted = parse_ids(ids)
     if wanted is not None:
         have = {p.problem_id for p in chosen}
         missing = sorted(wanted - have)
         if missing:
-            raise UserError(f"problem id(s) {_ranges(missing)} not in {where}"
-                            f"{'' if level is None else f' level {level}'}")
+            in_levels = "" if asked is None else f" level {','.join(map(str, asked))}"
+            raise UserError(f"problem id(s) {_ranges(missing)} not in {where}{in_levels}")
         chosen = [p for p in chosen if p.problem_id in wanted]
     if name:
         chosen = [p for p in chosen if name.lower() in p.name.lower()]
@@ -132,14 +144,15 @@ def bundled_suites() -> list[str]:
     return sorted(p.name for p in BUNDLED_DIR.iterdir() if p.is_dir()) if BUNDLED_DIR.is_dir() else []
 
 
-def load_hf(spec: str, level: int | None) -> list[Problem]:
+def load_hf(spec: str, level: int | list[int] | None) -> list[Problem]:
     """The KernelBench dataset (splits level_1..), from the hub (offline cache honoured by
     `datasets` itself through HF_HUB_OFFLINE) or from a local copy: a `save_to_disk`
     folder, or a folder of parquet files named like the hub's (`level_1-*.parquet`)."""
     import datasets  # slow import: only when asked
 
     target = spec.partition(":")[2] or HF_DEFAULT_REPO
-    levels = [level] if level is not None else [1, 2, 3, 4]
+    asked = as_levels(level)
+    levels = asked or [1, 2, 3, 4]
     local = Path(target)
     try:
         if (local / "dataset_dict.json").exists():
@@ -157,12 +170,13 @@ def load_hf(spec: str, level: int | None) -> list[Problem]:
                 try:
                     splits[n] = datasets.load_dataset(target, split=f"level_{n}")
                 except ValueError:  # unknown split
-                    if level is not None:
+                    if asked is not None:
                         raise
     except (FileNotFoundError, ConnectionError, ValueError, OSError) as e:
         raise UserError(f"cannot load dataset {target!r}: {str(e).splitlines()[0]}") from None
-    if level is not None and level not in splits:
-        raise UserError(f"level {level} not in dataset {target!r}")
+    unknown = [n for n in asked or [] if n not in splits]
+    if unknown:
+        raise UserError(f"level {','.join(map(str, unknown))} not in dataset {target!r}")
     problems = []
     for n, ds in splits.items():
         for row in ds:
@@ -174,9 +188,10 @@ def load_hf(spec: str, level: int | None) -> list[Problem]:
     return problems
 
 
-def load_problems(source: str = "bert", level: int | None = None, ids: str | None = None,
-                  name: str | None = None) -> list[Problem]:
-    """Resolve a source (bundled suite name, folder path, `hf[:repo-or-dir]`) and select."""
+def load_problems(source: str = "bert", level: int | list[int] | None = None,
+                  ids: str | None = None, name: str | None = None) -> list[Problem]:
+    """Resolve a source (bundled suite name, folder path, `hf[:repo-or-dir]`) and select
+    (`level`: one level, a list of them, or None for all)."""
     if source == "hf" or source.startswith("hf:"):
         return select(load_hf(source, level), level, ids, name, where=source)
     if source in bundled_suites():

@@ -37,6 +37,26 @@ def slugify(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "unknown"
 
 
+def cpu_model() -> str:
+    """The CPU's marketing name. platform.processor() is empty on many Linux machines (an
+    AMD EPYC gave ""), so read /proc/cpuinfo's "model name" (x86) or its ARM fields
+    first; fall back to platform's answers."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        text = ""
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and value.strip():
+            fields.setdefault(key.strip().lower(), value.strip())
+    for key in ("model name", "cpu model", "hardware", "processor"):
+        value = fields.get(key, "")
+        if value and not value.isdigit():  # x86's "processor : 0" is an index, not a name
+            return value
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
 class HardwareInfo(BaseModel):
     device: str  # "cuda" or "cpu"
     name: str
@@ -47,7 +67,7 @@ class HardwareInfo(BaseModel):
     num_sms: int | None = None
     l2_bytes: int | None = None
     memory_bytes: int | None = None
-    cpu: str = Field(default_factory=platform.processor)
+    cpu: str = Field(default_factory=cpu_model)
     cpu_count: int = Field(default_factory=lambda: os.cpu_count() or 1)
     python: str = Field(default_factory=lambda: sys.version.split()[0])
 
@@ -58,7 +78,7 @@ class HardwareInfo(BaseModel):
 
         use_cuda = torch.cuda.is_available() and (device is None or device.startswith("cuda"))
         if not use_cuda:
-            return cls(device="cpu", name=platform.processor() or platform.machine(),
+            return cls(device="cpu", name=cpu_model(),
                        slug="cpu", torch_version=torch.__version__)
         idx = torch.device(device or "cuda").index or 0
         p = torch.cuda.get_device_properties(idx)
@@ -71,7 +91,32 @@ class HardwareInfo(BaseModel):
 class Producer(BaseModel):
     tool: str
     version: str = __version__
-    argv: list[str] = Field(default_factory=lambda: list(sys.argv))
+    argv: list[str] = Field(default_factory=lambda: list(sys.argv))  # this invocation's
+    # Every invocation that wrote the file, oldest first (a --resume adds one): a file
+    # continued three times says so, instead of showing only the last command.
+    invocations: list[list[str]] = Field(default_factory=list)
+
+    def continuing(self, old: "Producer | None") -> "Producer":
+        """This producer, with the invocations of the file it continues before its own."""
+        past = (old.invocations or [old.argv]) if old is not None else []
+        return self.model_copy(update={"invocations": [*past, list(self.argv)]})
+
+
+def stored_fields(path: Path) -> dict:
+    """The top-level fields of a file about to be continued ({}: none, or unreadable)."""
+    try:
+        raw = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
+    return raw if isinstance(raw, dict) else {}
+
+
+def stored_producer(path: Path) -> Producer | None:
+    """produced_by of a file about to be continued (None: no file, or none readable)."""
+    try:
+        return Producer.model_validate(stored_fields(path)["produced_by"])
+    except (KeyError, ValidationError):
+        return None
 
 
 class FileHeader(BaseModel):
@@ -108,9 +153,13 @@ class BaselineFile(FileHeader):
     records: dict[str, BaselineRecord] = Field(default_factory=dict)
 
 
-def baseline_path(root: Path, hw_slug: str, precision: str, mode: str = "eager") -> Path:
+def baseline_path(root: Path, hw_slug: str, precision: str, mode: str = "eager", *,
+                  source: str) -> Path:
+    """results/baseline/<hw>/<source-slug>/<precision>[_<mode>].json: one file per problem
+    source, so that timing ops and then bert never merges their records into one file.
+    `source` is a problem's source label (Problem.source: ops, bert, hf, local-<dir>)."""
     suffix = "" if mode == "eager" else f"_{mode}"
-    return Path(root) / "baseline" / hw_slug / f"{precision}{suffix}.json"
+    return Path(root) / "baseline" / hw_slug / slugify(source) / f"{precision}{suffix}.json"
 
 
 # ------------------------------------------------------------------ run results
@@ -140,7 +189,13 @@ class BuildInfo(BaseModel):
 
 
 class CorrectnessInfo(BaseModel):
-    trials: int = 0  # comparisons made (correctness trials + re-checked timed calls)
+    # Comparisons made: `trials` = `correct_trials` correctness trials (fresh inputs each)
+    # + `shape_probes` (the same call at another batch size) + `rechecked_timed` timed
+    # calls whose outputs were also checked (--recheck-timed).
+    trials: int = 0
+    correct_trials: int = 0
+    shape_probes: int = 0
+    rechecked_timed: int = 0
     passed: int = 0
     max_abs_diff: float | None = None
     mean_abs_diff: float | None = None
@@ -213,6 +268,8 @@ class RunSummary(BaseModel):
     eval_errors: int = 0
     excluded_problems: list[str] = Field(default_factory=list)
     note: str | None = None
+    # The same figures per level ("level1": ...), each over that level's problems asked.
+    levels: dict[str, "RunSummary"] = Field(default_factory=dict)
 
 
 class RunFile(FileHeader):
@@ -230,15 +287,44 @@ class RunFile(FileHeader):
     summary: RunSummary | None = None
 
 
+def level_of(key: str) -> int:
+    """The level of a problem key "<source>/level<N>/<id>" (0 if it has none)."""
+    m = re.search(r"(?:^|/)level(\d+)/", key)
+    return int(m.group(1)) if m else 0
+
+
+def sample_order(r: SampleRecord) -> tuple:
+    """How samples are stored and shown: by level, problem, sample, turn (not by when
+    they finished), so that two runs' files line up and diff cleanly."""
+    return (r.level, r.problem_id, r.key, r.sample, r.turn)
+
+
 # ------------------------------------------------------------------ IO
+def _umask() -> int:
+    """The process umask, read without changing it where Linux shows it (os.umask can only
+    be read by setting it, a race with other threads creating files)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def write_json_atomic(path: Path, data: BaseModel | dict | list) -> None:
-    """Write JSON via a temp file in the same folder and an atomic rename."""
+    """Write JSON via a temp file in the same folder and an atomic rename. mkstemp makes
+    its file 0600; the result gets the mode a plain open() would (0666 less the umask), so
+    results can be shared like any other file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     text = (data.model_dump_json(indent=1) if isinstance(data, BaseModel)
             else json.dumps(data, indent=1, default=str))
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "w") as f:
             f.write(text)
             f.flush()

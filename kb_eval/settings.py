@@ -43,11 +43,18 @@ class Settings(BaseModel):
 
 
 def config_path() -> Path | None:
-    for candidate in (os.environ.get("KB_EVAL_CONFIG"), "config.py", REPO_ROOT / "config.py"):
-        if candidate and Path(candidate).is_file():
-            return Path(candidate)
-    if os.environ.get("KB_EVAL_CONFIG"):
-        raise UserError(f"KB_EVAL_CONFIG={os.environ['KB_EVAL_CONFIG']} is not a file")
+    """$KB_EVAL_CONFIG when set (it must exist: falling back to another file would run
+    with settings the user did not ask for), else ./config.py, else the repo's."""
+    env = os.environ.get("KB_EVAL_CONFIG")
+    if env:
+        path = Path(env).expanduser()
+        if not path.is_file():
+            what = "is a folder" if path.is_dir() else "does not exist"
+            raise UserError(f"KB_EVAL_CONFIG={env}: {what} (expected a config.py file)")
+        return path
+    for candidate in (Path("config.py"), REPO_ROOT / "config.py"):
+        if candidate.is_file():
+            return candidate
     return None
 
 

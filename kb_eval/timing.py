@@ -34,6 +34,14 @@ class TimingSettings(BaseModel):
                         "speedups refuse to mix methods")
 
 
+def method_for(device_type: str, flush_l2: bool = True) -> str:
+    """What `method` says for timings taken on this kind of device: a CPU clock is not CUDA
+    events, and a baseline without L2 flushes must not be mixed with flushed candidates."""
+    if device_type != "cuda":
+        return "perf_counter"
+    return "cuda_events+l2flush+devsync" if flush_l2 else "cuda_events+devsync"
+
+
 class TimingStats(BaseModel):
     mean: float
     median: float

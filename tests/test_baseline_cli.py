@@ -45,7 +45,7 @@ def test_baseline_records_crash_continues_and_resumes(tmp_path):
             "--warmup", "1", "--trials", "5"]
     r = run_baseline(*args, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    out = tmp_path / "res" / "baseline" / "cpu" / "fp32.json"
+    out = tmp_path / "res" / "baseline" / "cpu" / "local-probs" / "fp32.json"
     data = json.loads(out.read_text())
     assert data["schema_version"] == 1 and data["precision"] == "fp32"
     assert data["hardware"]["slug"] == "cpu" and data["timing"]["trials"] == 5

@@ -15,7 +15,7 @@ from kb_eval.eval import EvalConfig, evaluate, iter_queue, prepare
 from kb_eval.problems import load_problems
 from kb_eval.results import (BaselineFile, BaselineRecord, HardwareInfo, Producer,
                              baseline_path, write_json_atomic)
-from kb_eval.timing import TimingSettings, TimingStats
+from kb_eval.timing import TimingSettings, TimingStats, method_for
 
 pytestmark = pytest.mark.slow
 
@@ -89,13 +89,15 @@ def test_cached_compile_error_served_from_cache(problems, config):
     assert records[1].build.cache_hit and records[1].error == records[0].error
 
 
-def _write_baseline(cfg: EvalConfig, problem, ms: float, method: str | None = None):
-    timing = cfg.timing if method is None else cfg.timing.model_copy(update={"method": method})
+def _write_baseline(cfg: EvalConfig, problem, ms: float, method: str | None = None,
+                    mode: str = "eager"):
+    # As `python -m kb_eval.baseline` writes it on this CPU (perf_counter, not CUDA events).
+    timing = cfg.timing.model_copy(update={"method": method or method_for("cpu")})
     hw = HardwareInfo.detect("cpu")
     rec = BaselineRecord(key=problem.key, source=problem.source, level=problem.level,
                          problem_id=problem.problem_id, name=problem.name, status="ok",
                          timing=TimingStats.of([ms, ms, ms]))
-    path = baseline_path(cfg.results_dir, hw.slug, cfg.precision)
+    path = baseline_path(cfg.results_dir, hw.slug, cfg.precision, mode, source=problem.source)
     write_json_atomic(path, BaselineFile(produced_by=Producer(tool="test"), hardware=hw,
                                          precision=cfg.precision, timing=timing,
                                          records={problem.key: rec}))
@@ -119,7 +121,21 @@ def test_baseline_with_other_timing_method_refused(problems, config):
     cfg = config(live_baseline=False)
     _write_baseline(cfg, problems[2], ms=1.0, method="wallclock")
     with pytest.raises(UserError, match="refusing to mix"):
-        prepare(cfg)
+        prepare(cfg).check_baseline_covers([problems[2]])
+
+
+def test_compile_baseline_file_is_the_one_used(problems, config):
+    """--baseline-compile MODE: the file of `baseline --compile MODE`, never the eager one;
+    the context names its clock (perf_counter on the CPU, as the file)."""
+    cfg = config(live_baseline=False, baseline_mode="compile-max-autotune")
+    _write_baseline(cfg, problems[2], ms=7.0)  # eager only: not the one asked for
+    with pytest.raises(UserError, match="_compile-max-autotune.json is missing"):
+        prepare(cfg).check_baseline_covers([problems[2]])
+    path = _write_baseline(cfg, problems[2], ms=3.0, mode="compile-max-autotune")
+    ctx = prepare(cfg)
+    ctx.check_baseline_covers([problems[2]])
+    assert ctx.baseline_file == path and ctx.baseline_for(problems[2]).median == 3.0
+    assert ctx.config.timing.method == "perf_counter"
 
 
 def test_recheck_of_timed_calls(problems, config):

@@ -162,11 +162,24 @@ def _one_line_error(proc):
     return lines[0]
 
 
-def test_missing_baseline_file_is_a_user_error(tmp_path):
-    line = _one_line_error(kit.cli("--candidates", str(kit.CPP / "level1_problem1_sample1.py"),
-                                   "--source", str(kit.PROBLEMS), "--backend", "cpp",
-                                   "--results-dir", str(tmp_path)))
-    assert "baseline/cpu/fp32.json" in line and "--live-baseline" in line
+def test_missing_baseline_file_times_live_as_run_does(tmp_path, build_cache_dir):
+    """Without a baseline file the eval times the reference live and says so (as
+    kb_eval.run does); a file asked for by name (--baseline-compile) must exist."""
+    cand = ["--candidates", str(kit.CPP / "level1_problem1_sample1.py"),
+            "--source", str(kit.PROBLEMS), "--backend", "cpp", "--results-dir", str(tmp_path),
+            "--cache-dir", str(build_cache_dir)]
+    line = _one_line_error(kit.cli(*cand, "--baseline-compile", "default"))
+    assert "baseline/cpu/local-" in line and "/fp32_compile-default.json is missing" in line
+    assert "--compile default" in line and "--live-baseline" in line
+    done = kit.cli(*cand, "--name", "nofile", "--trials", "2", "--warmup", "1",
+                   "--correct-trials", "1", "--quiet")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "/fp32.json is missing" in done.stdout
+    assert "timing the PyTorch reference live in this run instead" in done.stdout
+    [path] = (tmp_path / "nofile").glob("*/results.json")
+    results = json.loads(path.read_text())
+    assert results["baseline"] == "live" and results["timing"]["method"] == "perf_counter"
+    assert "level1/1" in done.stdout and "correct rate" in done.stdout  # the two tables
 
 
 def test_bad_candidate_name_is_a_user_error(tmp_path):

@@ -8,6 +8,7 @@ The runs are results.json files written with the real schemas; nothing is evalua
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -159,18 +160,57 @@ def test_to_frame_one_row_per_sample_sorted(results):
 
 
 # ------------------------------------------------------------------ the page in Chromium
-def _chromium() -> str:
+# Where the screenshot of the page is kept after the test (CI artefact, closing notes):
+# $KB_EVAL_ARTIFACTS/<name>.png, default /tmp/kb-eval-artifacts/.
+ARTIFACTS = Path(os.environ.get("KB_EVAL_ARTIFACTS", "/tmp/kb-eval-artifacts"))
+
+
+def chromium() -> str:
+    """The distribution's Chromium (.ci/run installs it when missing), or a skip that says
+    how to get it."""
     exe = shutil.which("chromium") or shutil.which("chromium-browser")
     if not exe:
-        pytest.skip("chromium not installed (Debian: apt-get install -y chromium); "
-                    "the HTML report is not checked in a browser here")
+        pytest.skip("chromium not installed (Debian: apt-get install -y chromium; .ci/run "
+                    "does it): the HTML report is not checked in a browser here")
     return exe
 
 
-def _browse(exe: str, *args: str) -> subprocess.CompletedProcess:
+def browse(exe: str, *args: str) -> subprocess.CompletedProcess:
+    """Headless Chromium with the page's console on stderr (--enable-logging)."""
     cmd = [exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-           "--no-first-run", "--hide-scrollbars", "--window-size=1200,2000", *args]
+           "--no-first-run", "--hide-scrollbars", "--window-size=1200,2000",
+           "--enable-logging=stderr", "--v=0", *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+
+
+def console_errors(done: subprocess.CompletedProcess) -> list[str]:
+    """The page's console messages (Chromium logs them as CONSOLE lines) and uncaught
+    errors; a clean page has none."""
+    return [ln for ln in done.stderr.splitlines() if ":CONSOLE" in ln or "Uncaught" in ln]
+
+
+def check_page_in_chromium(page: Path, cell: str, expected: list[str], name: str) -> Path:
+    """Load the page from disk: no console errors, the heat-map cell `cell` opened as a
+    click would (#cell=...) shows the `expected` texts, and a screenshot that shows the
+    plots, kept as ARTIFACTS/<name>.png (returned)."""
+    exe = chromium()
+    shot = page.parent / f"{name}.png"
+    done = browse(exe, f"--screenshot={shot}", page.as_uri())
+    assert shot.exists(), done.stderr[-2000:]
+    assert not console_errors(done), console_errors(done)
+    dom_run = browse(exe, "--dump-dom", page.as_uri() + "#cell=" + cell)
+    dom = dom_run.stdout
+    assert not console_errors(dom_run), console_errors(dom_run)
+    assert 'data-ready="1"' in dom, dom[-2000:]
+    assert '<div id="js-errors"></div>' in dom, dom.split('id="js-errors"')[1][:500]
+    for text in expected:
+        assert text in dom, text
+    _assert_plot_visible(shot)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    kept = ARTIFACTS / shot.name
+    shutil.copyfile(shot, kept)
+    print(f"screenshot: {kept}")
+    return kept
 
 
 def test_html_report_renders_in_chromium(results, tmp_path):
@@ -179,18 +219,10 @@ def test_html_report_renders_in_chromium(results, tmp_path):
     text = page.read_text()
     assert "http://" not in text and "https://" not in text and "<link" not in text
     assert text.count("data:image/png;base64,") == 4  # 2 figures x 2 groups
-    exe = _chromium()
-    shot = tmp_path / "screenshot.png"
-    done = _browse(exe, f"--screenshot={shot}", page.as_uri())
-    print(f"screenshot: {shot}")
-    assert shot.exists(), done.stderr[-2000:]
-    # Open a heat-map cell as a click would (#cell=...): its verdict and code appear.
-    dom = _browse(exe, "--dump-dom", page.as_uri() + "#cell=g0-r0-ops%2Flevel1%2F1").stdout
-    assert 'data-ready="1"' in dom, dom[-2000:]
-    assert '<div id="js-errors"></div>' in dom, dom.split('id="js-errors"')[1][:500]
-    assert "# kernel alpha r1 level1 problem1 sample0" in dom
-    assert "warning: slow_warmup - first call slow" in dom and "[1.35,1.65]" in dom
-    _assert_plot_visible(shot)
+    # The cell of alpha's ops/level1/1: its verdict, flag, interval and code.
+    check_page_in_chromium(page, "g0-r0-ops%2Flevel1%2F1", [
+        "# kernel alpha r1 level1 problem1 sample0",
+        "warning: slow_warmup - first call slow", "[1.35,1.65]"], name="report-synthetic")
 
 
 def _assert_plot_visible(shot: Path) -> None:

@@ -1,10 +1,19 @@
-"""kb_eval.report: the run summary table and the leaderboard across runs (no evaluation:
-records are made by hand)."""
+"""kb_eval.report: the run summary table and the leaderboard across runs (records made
+by hand), and one report over real runs against the local test server, checked in
+Chromium."""
 
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+
 from kb_eval.eval.judge.score import summarize
 from kb_eval.report import main, summary_table, usage_totals
+from kb_eval.report import main as report_main
 from kb_eval.results import HardwareInfo, Producer, RunFile, SampleRecord, write_json_atomic
 from kb_eval.timing import TimingSettings
 
@@ -54,3 +63,77 @@ def test_leaderboard_groups_and_sorts(tmp_path, capsys):
     assert fp32.index("strong") < fp32.index("weak")  # best fast_1 first
     rows = (tmp_path / "lb.csv").read_text().splitlines()
     assert sum(",all," in row for row in rows) == 3  # one leaderboard row per run
+
+
+# ------------------------------------------------------------------ real runs, one report
+def _two_model_config(tmp_path: Path, problems: Path, cache: Path, base_url: str) -> Path:
+    """Two models on the local scripted server (they differ in the model id asked)."""
+    models = ", ".join(
+        f"dict(name={name!r}, base_url={base_url!r}, model={name!r}, api_key_env=None, "
+        f"max_concurrency=2, timeout_s=120, price_in_per_mtok=1.0, price_out_per_mtok=2.0)"
+        for name in ("scripted-a", "scripted-b"))
+    path = tmp_path / "config.py"
+    path.write_text(f"MODELS = [{models}]\n"
+                    f"DEFAULTS = dict(source={str(problems)!r}, backend='cpp', "
+                    f"results_dir={str(tmp_path / 'results')!r}, cache_dir={str(cache)!r}, "
+                    f"warmup=1, cpu_trials=2, correct_trials=2, run_timeout_s=120)\n")
+    return path
+
+
+@pytest.mark.slow
+def test_report_of_real_runs_in_chromium(tmp_path, build_cache_dir, monkeypatch, capsys):
+    """Three runs of `python -m kb_eval.run` against the local test server (two models,
+    2 and 4 problems, one answered in C++ and timed, a live baseline and a baseline file made by `python -m
+    kb_eval.baseline`), reported together: a group per baseline kind and problem set,
+    and the HTML page checked in Chromium."""
+    from openai_server import reply
+    from test_report_html import check_page_in_chromium
+    from test_run_pipeline import (CPP_SCALE_ADD, PROBLEM, PROBLEMS, RoutedServer,
+                                   python_answer)
+
+    from kb_eval.baseline.__main__ import main as baseline_main
+    from kb_eval.cli import run_cli
+    from kb_eval.run import main as run_main
+
+    level = tmp_path / "problems" / "level1"
+    level.mkdir(parents=True)
+    for pid, (file, args, expr, inputs) in PROBLEMS.items():
+        level.joinpath(file).write_text(PROBLEM.format(
+            marker=f"PROBLEM_{pid}", doc=expr, args=args, expr=expr, inputs=inputs))
+
+    def route(pid, turn, body):  # a C++ kernel for problem 1 (timed), b gets 3 wrong
+        wrong = body["model"] == "scripted-b" and pid == 3
+        text = (f"```python\n{CPP_SCALE_ADD}\n```" if pid == 1 else
+                python_answer(pid, "x + 1" if wrong else None))
+        return reply(text, prompt_tokens=100, completion_tokens=20)
+
+    with RoutedServer(route) as server:
+        monkeypatch.setenv("KB_EVAL_CONFIG", str(_two_model_config(
+            tmp_path, tmp_path / "problems", build_cache_dir, server.base_url)))
+        assert run_cli(run_main, ["--model", "scripted-a", "--problems", "1-2", "--quiet",
+                                  "--run", "small-live"]) == 0
+        assert run_cli(baseline_main, ["--problems", "1-4", "--quiet"]) == 0
+        for model in ("scripted-a", "scripted-b"):
+            assert run_cli(run_main, ["--model", model, "--problems", "1-4", "--quiet",
+                                      "--run", "four-file"]) == 0
+    out = capsys.readouterr().out
+    assert "timing the PyTorch reference live" in out  # the first run, before the file
+    results = tmp_path / "results"
+    page = tmp_path / "report.html"
+    assert run_cli(report_main, ["--results-dir", str(results), "--html", str(page)]) == 0
+    out = capsys.readouterr().out
+    groups = out.split("\n== ")[1:]
+    assert len(groups) == 2, out
+    live = next(g for g in groups if "baseline live" in g.splitlines()[0])
+    file = next(g for g in groups if "baseline file" in g.splitlines()[0])
+    assert "(2 problems" in live and "scripted-b" not in live
+    assert "(4 problems" in file and file.index("scripted-a") < file.index("scripted-b")
+    models = file.split("-- by level")[0]
+    assert "100.0%" in models and "75.0%" in models  # correct: a 4/4, b 3/4
+    # The heat map's cell of scripted-b's wrong answer: its verdict and its code.
+    data = json.loads(re.search(r'id=kb-data>(.*?)</script>', page.read_text(),
+                                re.S).group(1))
+    cell = next(cid for cid, c in data["cells"].items()
+                if c["model"] == "scripted-b" and c["problem"].endswith("/3"))
+    check_page_in_chromium(page, quote(cell, safe=""), ["incorrect", "return x + 1"],
+                           name="report-real-runs")

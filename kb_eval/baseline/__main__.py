@@ -1,20 +1,23 @@
 """python -m kb_eval.baseline: time the PyTorch reference of every selected problem.
 
-Writes results/baseline/<gpu-slug>/<precision>[_<mode>].json (cpu as the slug without a GPU).
+Writes results/baseline/<gpu-slug>/<source>/<precision>[_<mode>].json (cpu as the slug
+without a GPU), where kb_eval.eval and kb_eval.run look for it.
 """
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import torch
 
 from kb_eval.baseline.stage import BaselineJob, run_baseline
-from kb_eval.cli import Parser, add_precision_flag, add_selection_flags, run_cli
+from kb_eval.cli import (COMPILE_MODES, Parser, add_precision_flag, add_quiet_flag,
+                         add_selection_flags, check_gpus_visible, run_cli, writable_dir)
 from kb_eval.errors import UserError
 from kb_eval.problems import load_problems
 from kb_eval.settings import load_settings
-from kb_eval.timing import TimingSettings
+from kb_eval.timing import TimingSettings, method_for
 
 
 def parser(defaults) -> Parser:
@@ -25,7 +28,7 @@ def parser(defaults) -> Parser:
     add_selection_flags(p, defaults.source)
     add_precision_flag(p, defaults.precision)
     p.add_argument("--compile", dest="compile_mode", default=None,
-                   choices=["default", "reduce-overhead", "max-autotune"],
+                   choices=COMPILE_MODES,
                    help="time torch.compile(model, mode=...) instead of eager")
     p.add_argument("--warmup", type=int, default=None,
                    help=f"untimed calls before timing (default: {defaults.warmup} on GPU, "
@@ -42,7 +45,8 @@ def parser(defaults) -> Parser:
                    help=f"seconds per problem before its child is killed "
                         f"(default: {defaults.run_timeout_s:g})")
     p.add_argument("--results-dir", default=str(defaults.results_dir),
-                   help=f"root of result files (default: {defaults.results_dir})")
+                   help=f"root of result files; the file is <results-dir>/baseline/<hardware>/"
+                        f"<source>/<precision>.json (default: {defaults.results_dir})")
     p.add_argument("--output", default=None, help="write this file instead of the default path")
     p.add_argument("--resume", action="store_true",
                    help="skip problems already recorded in the file")
@@ -50,7 +54,7 @@ def parser(defaults) -> Parser:
                    help="with --resume, time again the problems recorded as failed")
     p.add_argument("--force", action="store_true",
                    help="replace an existing file made with other settings")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_quiet_flag(p)
     return p
 
 
@@ -61,20 +65,33 @@ def main(argv: list[str] | None = None) -> int:
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cuda" and not torch.cuda.is_available():
         raise UserError("--device cuda asked for, but torch sees no CUDA GPU")
+    check_gpus_visible(args.gpus)
+    if args.gpus and device == "cpu":
+        raise UserError(f"--gpus {args.gpus} with --device cpu: GPUs are not used on the CPU")
     gpus = _parse_gpus(args.gpus) if device == "cuda" else []
+    for flag, value in (("--trials", args.trials), ("--warmup", args.warmup)):
+        if value is not None and value < (1 if flag == "--trials" else 0):
+            raise UserError(f"{flag} must be at least {1 if flag == '--trials' else 0} "
+                            f"(got {value})")
+    output = Path(args.output).expanduser() if args.output else None
+    if output is not None:
+        if output.is_dir():
+            raise UserError(f"--output {output} is a folder: name a .json file")
+        writable_dir(output.parent, "--output", given=output)
+    else:
+        writable_dir(args.results_dir, "--results-dir")
     problems = load_problems(args.source, args.level, args.problems, args.name)
     trials = args.trials or (d.trials if device == "cuda" else d.cpu_trials)
     warmup = args.warmup if args.warmup is not None else (
         d.warmup if device == "cuda" else d.cpu_warmup)
-    timing = TimingSettings(warmup=warmup, trials=trials, flush_l2=not args.no_l2_flush)
-    from pathlib import Path
-
+    timing = TimingSettings(warmup=warmup, trials=trials, flush_l2=not args.no_l2_flush,
+                            method=method_for(device, not args.no_l2_flush))
     job = BaselineJob(problems=problems, precision=args.precision,
                       mode=f"compile-{args.compile_mode}" if args.compile_mode else "eager",
-                      timing=timing, results_dir=Path(args.results_dir), device=device,
-                      gpus=gpus, timeout_s=args.timeout, mem_limit_mb=d.mem_limit_mb,
-                      resume=args.resume, retry_failed=args.retry_failed, force=args.force,
-                      output=Path(args.output) if args.output else None)
+                      timing=timing, results_dir=Path(args.results_dir).expanduser(),
+                      device=device, gpus=gpus, timeout_s=args.timeout,
+                      mem_limit_mb=d.mem_limit_mb, resume=args.resume,
+                      retry_failed=args.retry_failed, force=args.force, output=output)
     path, data = run_baseline(job, progress=not args.quiet)
     _print_summary(path, data, [p.key for p in problems])
     return 0
@@ -95,13 +112,27 @@ def _parse_gpus(spec: str | None) -> list[int]:
 
 
 def _print_summary(path, data, keys: list[str]) -> None:
+    """A table of what was timed (median, peak memory, or the error), then the file."""
     records = [data.records[k] for k in keys if k in data.records]
     ok = [r for r in records if r.status == "ok"]
+    rows = [("problem", "name", "median ms", "peak memory")]
+    for r in records:
+        if r.status == "ok" and r.timing is not None:
+            rows.append((r.key, r.name[:32], f"{r.timing.median:.4g}", _mem(r.peak_mem_bytes)))
+        else:
+            rows.append((r.key, r.name[:32], r.status, (r.error or "").splitlines()[0][:60]
+                         if r.error else "-"))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
     print(f"{len(ok)}/{len(records)} timed on {data.hardware.name} ({data.precision}, "
           f"{data.mode}) -> {path}")
-    for r in records:
-        if r.status != "ok":
-            print(f"  {r.key} {r.name}: {r.error}")
+
+
+def _mem(n: int | None) -> str:
+    if n is None:
+        return "-"
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
 if __name__ == "__main__":

@@ -42,7 +42,7 @@ class BaselineJob:
 
 def run_baseline(job: BaselineJob, progress: bool = True) -> tuple[Path, BaselineFile]:
     hardware = HardwareInfo.detect(job.device)
-    path = job.output or baseline_path(job.results_dir, hardware.slug, job.precision, job.mode)
+    path = job.output or default_path(job, hardware)
     data = _open_file(path, job, hardware)
     todo = [p for p in job.problems if not _done(data, p.key, job.retry_failed)
             or not job.resume]
@@ -77,6 +77,13 @@ def run_baseline(job: BaselineJob, progress: bool = True) -> tuple[Path, Baselin
     return path, data
 
 
+def default_path(job: BaselineJob, hardware: HardwareInfo) -> Path:
+    """Where the eval looks for it: one file per hardware, problem source and precision
+    (the problems of one job come from one source)."""
+    return baseline_path(job.results_dir, hardware.slug, job.precision, job.mode,
+                         source=job.problems[0].source)
+
+
 def _done(data: BaselineFile, key: str, retry_failed: bool) -> bool:
     record = data.records.get(key)
     return record is not None and (record.status == "ok" or not retry_failed)
@@ -84,7 +91,8 @@ def _done(data: BaselineFile, key: str, retry_failed: bool) -> bool:
 
 def _open_file(path: Path, job: BaselineJob, hardware: HardwareInfo) -> BaselineFile:
     """Continue an existing file only if it was made under the same conditions."""
-    fresh = BaselineFile(produced_by=Producer(tool="kb_eval.baseline"), hardware=hardware,
+    producer = Producer(tool="kb_eval.baseline").continuing(None)
+    fresh = BaselineFile(produced_by=producer, hardware=hardware,
                          precision=job.precision, timing=job.timing, mode=job.mode)
     if not path.exists():
         return fresh
@@ -99,7 +107,7 @@ def _open_file(path: Path, job: BaselineJob, hardware: HardwareInfo) -> Baseline
                         f"use --force to replace it or --output for another file")
     if differs:
         return fresh
-    old.produced_by = fresh.produced_by
+    old.produced_by = fresh.produced_by.continuing(old.produced_by)
     return old
 
 

@@ -19,10 +19,11 @@ from typing import Iterable, Iterator
 from kb_eval.errors import UserError
 from kb_eval.eval.config import EvalConfig
 from kb_eval.eval.schedule.context import EvalContext
-from kb_eval.eval.schedule.pool import make_pool
-from kb_eval.eval.judge.score import summarize
+from kb_eval.eval.schedule.pool import EvalPool
+from kb_eval.eval.judge.score import summarize_levels
 from kb_eval.problems import Problem
 from kb_eval.results import (HARNESS_STATUSES, Producer, RunFile, SampleRecord, now_iso,
+                             sample_order,
                              read_model, write_json_atomic)
 
 Pair = tuple  # (Problem, int, str) or (Problem, int, str, int)
@@ -40,7 +41,7 @@ def evaluate(pairs: Iterable[Pair], config: EvalConfig | None = None, *,
 
 
 def _stream(ctx: EvalContext, pairs: Iterable[Pair]) -> Iterator[SampleRecord]:
-    pool = make_pool(ctx)
+    pool = EvalPool(ctx)
     intake_done, intake_error = threading.Event(), []
 
     def intake() -> None:
@@ -123,7 +124,8 @@ class RunWriter:
 
     def _write(self) -> None:
         f = self.file
-        f.summary = summarize(f.samples, f.problems_asked, f.samples_per_problem)
+        f.samples.sort(key=sample_order)
+        f.summary = summarize_levels(f.samples, f.problems_asked, f.samples_per_problem)
         f.updated = now_iso()
         write_json_atomic(self.path, f)
 

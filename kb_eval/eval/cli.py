@@ -10,17 +10,17 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from kb_eval.cli import (Parser, add_execution_flags, add_precision_flag, execution_config,
-                         run_cli)
+from kb_eval.cli import (Parser, add_checking_flags, add_execution_flags, add_level_flag,
+                         add_precision_flag, add_quiet_flag, baseline_mode, check_tolerances,
+                         execution_config, run_cli, writable_dir)
 from kb_eval.errors import UserError
-from kb_eval.ray_cluster import add_executor_flags, executor_config
-from kb_eval.eval.api import RunWriter, evaluate, prepare
+from kb_eval.eval.api import RunWriter, evaluate
+from kb_eval.eval.schedule.context import create_checked
 from kb_eval.eval.candidates import find_candidates, match_problems
 from kb_eval.eval.config import EvalConfig
-
-RECHECK_DEFAULT = EvalConfig.model_fields["recheck_timed"].default
 from kb_eval.problems import load_problems
-from kb_eval.results import slugify
+from kb_eval.report import samples_table, summary_table
+from kb_eval.results import Producer, slugify, stored_fields, stored_producer
 from kb_eval.timing import TimingSettings
 
 FILES_HELP = ("candidate files named level<L>_problem<ID>_sample<S>.py, folders of them, "
@@ -37,9 +37,9 @@ def build_parser(defaults) -> argparse.ArgumentParser:
                    help="where the problems come from: a bundled suite (ops, bert), a "
                         "KernelBench-layout folder, or hf[:repo-or-dir] "
                         f"(default: {defaults.source})")
-    p.add_argument("--level", type=int, default=None,
-                   help="problems asked = this level of --source (with --problems); samples "
-                        "missing for them count as failures (default: the candidates' problems)")
+    add_level_flag(p, "problems asked = these levels of --source (with --problems), e.g. "
+                      "--level 1 2 or 1,2; samples missing for them count as failures "
+                      "(default: the candidates' problems)")
     p.add_argument("--problems", default=None, metavar="IDS",
                    help="problems asked, ids and ranges like 1-10,15 (see --level)")
     p.add_argument("--backend", choices=["auto", "cuda", "triton", "cpp"],
@@ -55,9 +55,6 @@ def build_parser(defaults) -> argparse.ArgumentParser:
                         "--resume: the latest run)")
     p.add_argument("--resume", action="store_true",
                    help="continue the run's results.json, skipping samples already recorded")
-    p.add_argument("--live-baseline", action="store_true",
-                   help="time the PyTorch reference in this run instead of reading "
-                        "results/baseline/<gpu>/<precision>.json")
     p.add_argument("--trials", type=int, default=None,
                    help=f"timed calls per candidate (default: {defaults.trials} on GPU, "
                         f"{defaults.cpu_trials} on CPU)")
@@ -67,19 +64,11 @@ def build_parser(defaults) -> argparse.ArgumentParser:
     p.add_argument("--correct-trials", type=int, default=defaults.correct_trials,
                    help="correctness trials, each with fresh inputs "
                         f"(default: {defaults.correct_trials})")
-    p.add_argument("--recheck-timed", type=int, default=RECHECK_DEFAULT, metavar="K",
-                   help="also check the outputs of K timed calls, picked at random after "
-                        f"they return (default: {RECHECK_DEFAULT}; 0 trusts the timed calls)")
-    p.add_argument("--atol", type=float, default=None,
-                   help="absolute tolerance (default: 1e-4 for fp32, 1e-2 for fp16, 2e-2 for bf16)")
-    p.add_argument("--rtol", type=float, default=None,
-                   help="relative tolerance (default: as --atol)")
     p.add_argument("--results-dir", type=Path, default=defaults.results_dir,
                    help=f"where results and baselines live (default: {defaults.results_dir})")
-    p.add_argument("--keep-workdirs", action="store_true",
-                   help="keep each sample's scratch folder (outputs, logs) for debugging")
+    add_quiet_flag(p)
+    add_checking_flags(p)
     add_execution_flags(p, defaults)
-    add_executor_flags(p)
     return p
 
 
@@ -88,6 +77,7 @@ def make_config(args, defaults, cuda: bool) -> EvalConfig:
         v = getattr(args, flag)
         if v is not None and v < 1:
             raise UserError(f"--{flag.replace('_', '-')} must be at least 1 (got {v})")
+    check_tolerances(args)
     backend = args.backend if args.backend != "auto" else ("cuda" if cuda else "cpp")
     trials = args.trials or (defaults.cpu_trials if backend == "cpp" else defaults.trials)
     warmup = args.warmup if args.warmup is not None else (
@@ -96,21 +86,27 @@ def make_config(args, defaults, cuda: bool) -> EvalConfig:
                timing=TimingSettings(warmup=warmup, trials=trials),
                recheck_timed=args.recheck_timed, atol=args.atol, rtol=args.rtol,
                live_baseline=args.live_baseline, results_dir=args.results_dir,
-               keep_workdirs=args.keep_workdirs, **execution_config(args),
-               **executor_config(args))
+               baseline_mode=baseline_mode(args.baseline_compile),
+               keep_workdirs=args.keep_workdirs, **execution_config(args))
     return EvalConfig(**cfg)
 
 
 def run_folder(args, name: str) -> str:
+    """The run's folder name: --run, else (resuming) the latest run, else a timestamp. A
+    --resume must find a run to continue: starting afresh would redo everything."""
+    run_root = args.results_dir / name
     if args.run:
         if not re.fullmatch(r"[A-Za-z0-9_.-]+", args.run):
             raise UserError(f"--run {args.run!r}: use letters, digits, '.', '_' and '-'")
+        if args.resume and not (run_root / args.run / "results.json").is_file():
+            raise UserError(f"--resume: nothing to resume, {run_root / args.run / 'results.json'}"
+                            f" does not exist")
         return args.run
     if args.resume:
-        runs = sorted((d for d in (args.results_dir / name).glob("*") if
+        runs = sorted((d for d in run_root.glob("*") if
                        (d / "results.json").is_file()), key=lambda d: d.stat().st_mtime)
         if not runs:
-            raise UserError(f"--resume: no run under {args.results_dir / name} to continue")
+            raise UserError(f"--resume: no run under {run_root} to continue")
         return runs[-1].name
     return time.strftime("%Y%m%d-%H%M%S")
 
@@ -122,49 +118,52 @@ def main(argv: list[str] | None = None) -> int:
 
     defaults = load_settings().defaults
     args = build_parser(defaults).parse_args(argv)
+    args.results_dir = writable_dir(args.results_dir, "--results-dir")
     cands = find_candidates(args.candidates)
+    name = slugify(args.name or _default_name(args.candidates))
+    run = run_folder(args, name)
     problems = load_problems(args.source)
     pairs = match_problems(cands, problems, where=f"--source {args.source}")
     asked = ([p for p in load_problems(args.source, args.level, args.problems)]
              if args.level is not None or args.problems else
              list({p.key: p for p, _ in pairs}.values()))
     config = make_config(args, defaults, torch.cuda.is_available())
-    ctx = prepare(config)
-    ctx.check_baseline_covers(asked)
-    name = slugify(args.name or _default_name(args.candidates))
-    run = run_folder(args, name)
+    path = args.results_dir / name / run / "results.json"
+    stored = stored_fields(path) if args.resume else {}
+    # As kb_eval.run: no baseline file -> the reference is timed live, with a note; unless
+    # a file was asked for (--baseline-compile) or the resumed run was scored against one.
+    ctx, note = create_checked(config, asked, may_go_live=not args.baseline_compile
+                               and stored.get("baseline") in (None, "", "live"))
+    if note:
+        print(f"note: {note}")
     counts = Counter((p.level, p.problem_id) for p, _ in pairs)
     per_problem = max([counts[(p.level, p.problem_id)] for p in asked] + [1])
-    writer = RunWriter(args.results_dir / name / run / "results.json", ctx, name=name, run=run,
-                       source=args.source, problems_asked=[p.key for p in asked],
+    previous = stored_producer(path) if args.resume else None
+    writer = RunWriter(path, ctx, name=name, run=run, source=args.source,
+                       problems_asked=[p.key for p in asked],
                        samples_per_problem=per_problem, resume=args.resume)
+    writer.file.produced_by = Producer(tool="kb_eval.eval").continuing(previous)
     done = writer.done()
     todo = [(p, c.sample, c.path.read_text()) for p, c in pairs
             if (p.key, c.sample, 0) not in done]
     print(f"{len(todo)} sample(s) to evaluate ({len(pairs) - len(todo)} already recorded) on "
           f"{ctx.hardware.name} [{ctx.backend}, {config.precision}] -> {writer.path}")
-    with tqdm(total=len(todo), unit="sample", dynamic_ncols=True) as bar:
+    with tqdm(total=len(todo), unit="sample", dynamic_ncols=True, disable=args.quiet) as bar:
         for record in evaluate(todo, context=ctx):
             writer.add(record)
             bar.set_postfix_str(f"{record.key} s{record.sample}: {record.status}", refresh=False)
             bar.update()
-    print(format_summary(writer.file.summary))
+    with writer.lock:  # saves produced_by even when nothing was left to evaluate
+        writer._write()
+    # The same tables as kb_eval.run prints: each sample's verdict, then the scores in %.
+    print(samples_table(writer.file))
+    print(summary_table(writer.file))
     return 0
 
 
 def _default_name(paths: list[str]) -> str:
     first = Path(paths[0]).expanduser().resolve()
     return (first if first.is_dir() else first.parent).name
-
-
-def format_summary(s) -> str:
-    fast = "  ".join(f"{k}={v:.2f}" for k, v in s.fast_p.items())
-    passk = "  ".join(f"{k}={v:.2f}" for k, v in s.pass_at_k.items())
-    geo = f"{s.geomean_speedup:.3f}x" if s.geomean_speedup else "n/a"
-    counts = ", ".join(f"{k}: {v}" for k, v in sorted(s.status_counts.items()))
-    return (f"problems {s.problems}, samples {s.samples} ({counts})\n"
-            f"compiled {s.compiled_rate:.2f}  correct {s.correct_rate:.2f}  "
-            f"geomean speedup (correct) {geo}\n{fast}\n{passk}")
 
 
 def entry(argv: list[str] | None = None) -> int:

@@ -32,7 +32,10 @@ class EvalConfig(BaseModel):
     atol: float | None = Field(None, ge=0, description="default: per precision")
     rtol: float | None = Field(None, ge=0, description="default: per precision")
     live_baseline: bool = Field(False, description="time the reference in this run instead "
-                                "of reading results/baseline/<gpu>/<precision>.json")
+                                "of reading results/baseline/<hw>/<source>/<precision>.json")
+    baseline_mode: str = Field("eager", pattern=r"^(eager|compile-[a-z-]+)$",
+                               description="which baseline file: eager, or compile-<mode> "
+                               "(`python -m kb_eval.baseline --compile <mode>`)")
     results_dir: Path = Path("results")
     cache_dir: Path = Path(".cache/kb_eval")
     jobs: int = Field(default_factory=lambda: default_jobs(), ge=1,
@@ -48,10 +51,6 @@ class EvalConfig(BaseModel):
     extra_env: dict[str, str] = Field(default_factory=dict, description="added to every "
                                       "child's environment (e.g. PATH)")
     keep_workdirs: bool = Field(False, description="keep each sample's scratch folder")
-    executor: Literal["local", "ray"] = Field("local", description="who runs builds and "
-                                              "device lanes: this machine, or a Ray cluster")
-    ray_address: str | None = Field(None, description="the Ray cluster to join (None: "
-                                    "$RAY_ADDRESS, else a new one on this machine)")
 
     @field_validator("results_dir", "cache_dir")
     @classmethod

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import sys
+import tempfile
 from pathlib import Path
 
 from kb_eval.errors import UserError
@@ -93,10 +94,13 @@ def print_plain(groups: dict[GroupKey, list[RunStats]], markdown: bool) -> None:
         elif rich is not None:
             from kb_eval.report.tables import rich_table
 
-            console = rich.Console()
-            console.print(f"\n[bold]== {key.label}[/bold]")
+            rich.Console().print(f"\n[bold]== {key.label}[/bold]", markup=True,
+                                 highlight=False)
             for title, rows in tables:
-                console.print(rich_table(title, rows))
+                table, width = rich_table(title, rows)
+                console = rich.Console()
+                console.width = max(console.width, width)
+                console.print(table)
         else:
             print(f"\n== {key.label}")
             for title, rows in tables:
@@ -123,6 +127,20 @@ def write_out(path: Path, write) -> None:
     print(f"wrote {path}")
 
 
+def check_output(path: Path) -> None:
+    """A file named by --csv/--html, checked before any work: a folder in its place, a
+    missing folder or a place we may not write is one line, not a late traceback."""
+    if path.is_dir():
+        raise UserError(f"cannot write {path}: it is a folder")
+    if not path.parent.is_dir():
+        raise UserError(f"cannot write {path}: no folder {path.parent}")
+    try:
+        with tempfile.TemporaryFile(dir=path.parent, prefix=".kb_eval_probe_"):
+            pass
+    except OSError as e:
+        raise UserError(f"cannot write {path}: {e.strerror or e}") from None
+
+
 def _write_csv(f, rows: list[dict]) -> None:
     cols = list(dict.fromkeys(c for r in rows for c in r))
     w = csv.DictWriter(f, fieldnames=cols, restval="-")
@@ -136,6 +154,9 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser(load_settings().defaults.results_dir).parse_args(argv)
     if not args.results_dir.is_dir():
         raise UserError(f"--results-dir {args.results_dir} does not exist")
+    for path in (args.csv, args.html):
+        if path is not None:
+            check_output(path)
     entries = find_runs(args.results_dir)
     check_args(args, entries)
     entries = [e for e in entries if (args.precision in (None, e.run.precision))

@@ -17,17 +17,18 @@ import math
 from kb_eval.report import plots
 from kb_eval.report.runs import GroupKey
 from kb_eval.report.samples import CodeFinder, cell_summary, sample_view
-from kb_eval.report.tables import RunStats, level_of, level_rows, model_rows, times
+from kb_eval.report.tables import RunStats, level_rows, model_rows, rank_order, times
+from kb_eval.results import level_of
 
 CSS = """
 body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;max-width:1400px}
 h1{font-size:22px}h2{font-size:18px;margin-top:36px;border-bottom:1px solid #ccc}
 table{border-collapse:collapse;margin:8px 0 16px;font-size:13px}
-th,td{border:1px solid #ddd;padding:3px 7px;text-align:right}
+th,td{border:1px solid #ddd;padding:3px 7px;text-align:right;white-space:nowrap}
 th{background:#f3f3f3}td.l,th.l{text-align:left}
 .heat td.cell{cursor:pointer;min-width:64px;text-align:center}
 .heat td.cell:hover{outline:2px solid #333}
-img{max-width:100%;display:block;margin:8px 0}
+.wide{overflow-x:auto}img{max-width:100%;display:block;margin:8px 0}
 #detail{position:fixed;top:0;right:0;width:46%;height:100%;overflow:auto;background:#fff;
 border-left:2px solid #888;padding:12px 16px;box-shadow:-4px 0 12px #0003;display:none}
 #detail pre{background:#f7f7f7;padding:8px;overflow:auto;font-size:12px}
@@ -86,7 +87,8 @@ def html_table(rows: list[dict]) -> str:
     body = "".join("<tr>" + "".join(f"<td class={'l' if c in left else 'r'}>"
                                     f"{html.escape(str(v))}</td>" for c, v in r.items())
                    + "</tr>" for r in rows)
-    return f"<table><tr>{head}</tr>{body}</table>"
+    # Wide tables scroll sideways instead of running off the page.
+    return f"<div class=wide><table><tr>{head}</tr>{body}</table></div>"
 
 
 def _colour(speedup: float | None, status: str) -> str:
@@ -101,10 +103,11 @@ def _colour(speedup: float | None, status: str) -> str:
 
 
 def heat_map(gi: int, stats: list[RunStats], cells: dict, all_runs: bool) -> str:
-    """Rows: the group's problems; columns: its runs. Fills `cells` with what each
-    cell opens."""
+    """Rows: the group's problems; columns: its runs, best first as in the tables. Fills
+    `cells` with what each cell opens."""
+    stats = rank_order(stats)
     keys = sorted({k for st in stats for k in st.entry.run.problems_asked},
-                  key=lambda k: (level_of(k, []), k))
+                  key=lambda k: (level_of(k), k))
     head = "".join(f"<th>{html.escape(plots.run_label(st, all_runs))}</th>" for st in stats)
     out = [f"<table class=heat><tr><th class=l>problem</th>{head}</tr>"]
     finders = [CodeFinder(st.entry.run_dir) for st in stats]

@@ -9,14 +9,13 @@ are scored exactly like a whole run.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from datetime import datetime
 
-from kb_eval.eval.judge.score import FAST_P, PASS_K, fast_p_name, summarize
+from kb_eval.eval.judge.score import FAST_P, PASS_K, fast_p_name, summarize_levels
 from kb_eval.report.runs import RunEntry
 from kb_eval.report.text import usage_totals
-from kb_eval.results import RunSummary
+from kb_eval.results import RunSummary, level_of
 
 MISSING = "-"
 FAST_COLS = tuple(fast_p_name(p) for p in FAST_P)
@@ -32,14 +31,6 @@ class RunStats:
     wall_s: float | None
 
 
-def level_of(key: str, records) -> int:
-    """A problem's level, from its key (<source>/level<N>/<id>) or else its records."""
-    m = re.search(r"level(\d+)", key)
-    if m:
-        return int(m.group(1))
-    return next((r.level for r in records if r.key == key), 0)
-
-
 def _wall(run) -> float | None:
     """Seconds from the run file's creation to its last write (a resumed run includes
     the pause)."""
@@ -52,16 +43,10 @@ def _wall(run) -> float | None:
 
 def run_stats(entry: RunEntry) -> RunStats:
     run = entry.run
-    asked = list(dict.fromkeys(run.problems_asked))
-    spp = run.samples_per_problem
-    by_level: dict[int, list[str]] = {}
-    for key in asked:
-        by_level.setdefault(level_of(key, run.samples), []).append(key)
-    levels = {lvl: summarize([r for r in run.samples if r.key in set(keys)], keys, spp)
-              for lvl, keys in sorted(by_level.items())}
+    summary = summarize_levels(run.samples, run.problems_asked, run.samples_per_problem)
+    levels = {int(name.removeprefix("level")): s for name, s in summary.levels.items()}
     # From the records rather than the file's `usage`, like the per-level rows.
-    return RunStats(entry, summarize(run.samples, asked, spp), levels,
-                    usage_totals(run.samples), _wall(run))
+    return RunStats(entry, summary, levels, usage_totals(run.samples), _wall(run))
 
 
 # ------------------------------------------------------------------ formatting
@@ -125,9 +110,9 @@ def level_rows(stats: list[RunStats]) -> list[dict]:
     for st in rank_order(stats):
         run = st.entry.run
         for lvl, s in st.levels.items():
-            recs = [r for r in run.samples if level_of(r.key, run.samples) == lvl]
+            recs = [r for r in run.samples if level_of(r.key) == lvl]
             usage = usage_totals(recs)
-            keys = {k for k in run.problems_asked if level_of(k, run.samples) == lvl}
+            keys = {k for k in run.problems_asked if level_of(k) == lvl}
             row = {"level": lvl, "model": st.entry.model, "run": run.run}
             row.update(score_cells(s, len(keys)))
             row.update({"tokens": _tokens(usage), "cost": money(usage.get("cost_usd"))})
@@ -148,13 +133,18 @@ def markdown_table(rows: list[dict]) -> str:
 
 
 def rich_table(title: str, rows: list[dict]):
-    """A rich Table of the rows (the caller checked that rich is installed)."""
+    """A rich Table of the rows (the caller checked that rich is installed), and the
+    console width it needs: every cell is shown whole, as in the plain table, rather than
+    cut to "…" on a narrow terminal."""
     from rich.table import Table
 
     table = Table(title=title, title_justify="left")
+    width = 1
     for col in rows[0]:
-        table.add_column(str(col), justify="right" if col not in ("model", "run", "complete")
-                         else "left", no_wrap=col in ("model", "run"))
+        need = max(len(str(col)), *(len(str(r[col])) for r in rows))
+        table.add_column(str(col), justify="left" if col in ("model", "run", "complete")
+                         else "right", no_wrap=True, min_width=need)
+        width += need + 3
     for r in rows:
         table.add_row(*(str(v) for v in r.values()))
-    return table
+    return table, width

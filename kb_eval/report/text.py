@@ -49,7 +49,7 @@ def usage_totals(records: Iterable[SampleRecord]) -> dict:
 
 # ------------------------------------------------------------------ one run
 def _pct(x: float | None) -> str:
-    return "n/a" if x is None else f"{100 * x:.1f}%"
+    return "-" if x is None else f"{100 * x:.1f}%"  # "-": missing, as in every table
 
 
 def _money(x: float | None) -> str:
@@ -68,9 +68,14 @@ def summary_table(run: RunFile) -> str:
             ("compiled rate", _pct(s.compiled_rate)), ("correct rate", _pct(s.correct_rate))]
     rows += [(name, _pct(v)) for name, v in s.fast_p.items() if name in ("fast_1", "fast_2")]
     rows += [(name, _pct(v)) for name, v in s.fast_p.items() if name not in ("fast_1", "fast_2")]
-    geo = f"{s.geomean_speedup:.3f}x" if s.geomean_speedup else "n/a"
+    geo = f"{s.geomean_speedup:.3f}x" if s.geomean_speedup else "-"
     rows.append(("geomean speedup (correct)", geo))
     rows += [(name, _pct(v)) for name, v in s.pass_at_k.items()]
+    for name, lv in s.levels.items():  # the same figures per level, in one line each
+        lgeo = f"{lv.geomean_speedup:.3f}x" if lv.geomean_speedup else "-"
+        rows.append((f"{name} ({lv.problems} problems)",
+                     f"correct {_pct(lv.correct_rate)}, fast_1 "
+                     f"{_pct(lv.fast_p.get('fast_1'))}, geomean {lgeo}"))
     rows.append(("status counts", ", ".join(f"{k} {v}" for k, v in
                                             sorted(s.status_counts.items())) or "-"))
     tokens = usage["prompt_tokens"] + usage["completion_tokens"]
@@ -81,15 +86,17 @@ def summary_table(run: RunFile) -> str:
     return text_table([{"metric": m, "value": str(v)} for m, v in rows])
 
 
-def samples_table(run: RunFile, max_rows: int = 40) -> str | None:
-    """One row per recorded sample turn (None when there are more than max_rows)."""
-    if not run.samples or len(run.samples) > max_rows:
-        return None
+def samples_table(run: RunFile, max_rows: int = 40) -> str:
+    """One row per recorded sample turn, by level, problem, sample, turn, with the first
+    line of its error (the rest is in results.json); past max_rows, a count."""
+    ordered = sorted(run.samples, key=lambda r: (r.level, r.problem_id, r.sample, r.turn))
     rows = [{"problem": r.key, "sample": r.sample, "turn": r.turn, "status": r.status,
              "speedup": f"{r.speedup:.2f}x" if r.speedup else "-",
-             "error": (r.error or "")[:60]} for r in
-            sorted(run.samples, key=lambda r: (r.level, r.problem_id, r.sample, r.turn))]
-    return text_table(rows)
+             "error": (r.error or "").strip().partition("\n")[0][:70]}
+            for r in ordered[:max_rows]]
+    more = len(ordered) - max_rows
+    return text_table(rows) + (f"\n... {more} more sample(s) in results.json"
+                               if more > 0 else "")
 
 
 # ------------------------------------------------------------------ models

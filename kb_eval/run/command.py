@@ -6,11 +6,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from kb_eval.cli import run_cli
+from kb_eval.cli import run_cli, writable_dir
 from kb_eval.errors import UserError
 from kb_eval.run.flags import (build_parser, check_numbers, eval_config, fill_flags,
                                pick_run, stored_run)
-from kb_eval.run.prepare import answerable, open_writer, prepare_context
+from kb_eval.run.prepare import (answerable, cpu_default_selection, open_writer,
+                                 prepare_context)
 from kb_eval.run.runner import Runner
 
 REFERENCE_CONCURRENCY = 4
@@ -32,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
         print(models_table(settings.models))
         return 0
     check_numbers(args)
+    args.results_dir = writable_dir(args.results_dir, "--results-dir")
     endpoint = None
     if args.model != "reference":  # before any work: an unknown model or a missing key
         endpoint = resolve_model(args.model, settings.models)
@@ -44,7 +46,6 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError(f"{results_path} exists: pass --resume to continue it, or pick "
                         f"another --run")
     stored = stored_run(results_path) if args.resume else {}
-    live_asked = bool(args.live_baseline)
     fill_flags(args, defaults, stored.get("run_args", {}) if stored else {})
     if stored.get("baseline") == "live":
         args.live_baseline = True
@@ -54,11 +55,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"note: {endpoint.name} samples at temperature {endpoint.temperature}: its "
               f"{args.samples} samples per problem may be identical (set temperature in "
               f"config.py for a meaningful pass@k)")
-    return execute(args, settings, endpoint, run, run_dir, stored, live_asked)
+    return execute(args, settings, endpoint, run, run_dir, stored)
 
 
-def execute(args, settings, endpoint, run: str, run_dir: Path, stored: dict,
-            live_asked: bool) -> int:
+def execute(args, settings, endpoint, run: str, run_dir: Path, stored: dict) -> int:
     """Everything after the flags are settled: the work, then the tables."""
     import torch
 
@@ -66,21 +66,20 @@ def execute(args, settings, endpoint, run: str, run_dir: Path, stored: dict,
     from kb_eval.problems import load_problems
     from kb_eval.report import samples_table, summary_table
 
-    problems = load_problems(args.source, args.level, args.problems, args.name)
     config = eval_config(args, settings.defaults, torch.cuda.is_available())
+    cpu_default_selection(args, config.backend)
+    problems = load_problems(args.source, args.level, args.problems, args.name)
     model = get_model(args.model, settings.models, backend=config.backend,
                       cache_dir=run_dir / "responses", precision=args.precision)
     if endpoint is None:
         problems = answerable(model, problems, args.precision)
-    ctx = prepare_context(config, problems, stored, live_asked)
+    ctx = prepare_context(config, problems, stored)
     writer = open_writer(run_dir, run, ctx, model, endpoint, args, problems)
     started = time.monotonic()
     concurrency = endpoint.max_concurrency if endpoint else REFERENCE_CONCURRENCY
     Runner(model, ctx, writer, run_dir, args, concurrency).run(problems)
     writer.save()
-    table = samples_table(writer.file)
-    if table:
-        print(table)
+    print(samples_table(writer.file))
     print(summary_table(writer.file))
     print(f"{time.monotonic() - started:.0f} s; results: {writer.path}")
     return 0

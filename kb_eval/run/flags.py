@@ -12,15 +12,21 @@ import re
 import time
 from pathlib import Path
 
-from kb_eval.cli import (Parser, add_execution_flags, add_precision_flag, add_selection_flags,
+from kb_eval.cli import (RECHECK_TIMED_DEFAULT, Parser, add_checking_flags,
+                         add_execution_flags, add_precision_flag, add_quiet_flag,
+                         add_selection_flags, baseline_mode, check_tolerances,
                          execution_config)
 from kb_eval.errors import UserError
-from kb_eval.ray_cluster import add_executor_flags, executor_config
 
 PROMPTS = ("zero_shot", "one_shot", "few_shot")
+# What a CPU run asks when no problem is selected: the bert suite's batch 64 x seq 64
+# problems cover each of its levels and kernels; its batch 16 x seq 512 twins cost most of
+# a full run's time on a small CPU (`--full-suite` asks them too).
+CPU_QUICK = ("bert", "b64s64")
 # Flags a --resume takes from the run when not given again (so the run stays one run).
 RESUMED_FLAGS = ("source", "level", "problems", "name", "backend", "precision", "prompt",
-                 "samples", "turns", "trials", "warmup", "correct_trials", "live_baseline")
+                 "samples", "turns", "trials", "warmup", "correct_trials", "live_baseline",
+                 "recheck_timed", "atol", "rtol", "baseline_compile")
 
 
 def build_parser(defaults) -> Parser:
@@ -47,8 +53,9 @@ def build_parser(defaults) -> Parser:
     _add_asking_flags(p)
     _add_run_flags(p)
     _add_timing_flags(p, defaults)
+    add_quiet_flag(p)
+    add_checking_flags(p)
     add_execution_flags(p, defaults)
-    add_executor_flags(p)
     p.set_defaults(**{flag: None for flag in RESUMED_FLAGS})
     return p
 
@@ -72,6 +79,11 @@ def _add_run_flags(p: Parser) -> None:
     p.add_argument("--run", default=None,
                    help="run folder under results/<model>/ (default: a new timestamp; with "
                         "--resume: the latest run)")
+    p.add_argument("--full-suite", action="store_true",
+                   help=f"on the CPU, ask every problem of the default suite: without it and "
+                        f"without --level/--problems/--name, a CPU run of {CPU_QUICK[0]} asks "
+                        f"only its {CPU_QUICK[1]} problems (every level and kernel, small "
+                        f"shapes: a few minutes on 2 cores instead of ~15)")
     p.add_argument("--resume", action="store_true",
                    help="continue the latest (or --run) run: recorded samples are skipped, "
                         "answers already received come from its response cache, and flags "
@@ -80,10 +92,6 @@ def _add_run_flags(p: Parser) -> None:
 
 def _add_timing_flags(p: Parser, defaults) -> None:
     """How answers and the PyTorch reference are checked and timed."""
-    p.add_argument("--live-baseline", action="store_true",
-                   help="time the PyTorch reference in this run instead of reading "
-                        "results/baseline/<hardware>/<precision>.json (used anyway, with a "
-                        "note, when that file is missing or lacks a problem)")
     p.add_argument("--trials", type=int,
                    help=f"timed calls per sample (default: {defaults.trials} on GPU, "
                         f"{defaults.cpu_trials} for cpp on the CPU)")
@@ -103,7 +111,8 @@ def flag_defaults(defaults) -> dict:
             "backend": defaults.backend, "precision": defaults.precision,
             "prompt": "one_shot", "samples": 1, "turns": 1, "trials": None,
             "warmup": None, "correct_trials": defaults.correct_trials,
-            "live_baseline": False}
+            "live_baseline": False, "recheck_timed": RECHECK_TIMED_DEFAULT, "atol": None,
+            "rtol": None, "baseline_compile": None}
 
 
 def fill_flags(args, defaults, stored: dict) -> None:
@@ -122,14 +131,18 @@ def check_numbers(args) -> None:
         value = getattr(args, flag)
         if value is not None and value < low:
             raise UserError(f"--{flag.replace('_', '-')} must be at least {low} (got {value})")
+    check_tolerances(args)
     if args.run is not None and not re.fullmatch(r"[A-Za-z0-9_.-]+", args.run):
         raise UserError(f"--run {args.run!r}: use letters, digits, '.', '_' and '-'")
 
 
 def pick_run(args, model_dir: Path) -> str:
     """The run folder's name: --run, else (resuming) the run written last, else a new
-    timestamp."""
+    timestamp. A --resume must find a run: starting afresh would ask everything again."""
     if args.run:
+        if args.resume and not (model_dir / args.run / "results.json").is_file():
+            raise UserError(f"--resume: nothing to resume, "
+                            f"{model_dir / args.run / 'results.json'} does not exist")
         return args.run
     if args.resume:
         runs = sorted((d for d in model_dir.glob("*") if (d / "results.json").is_file()),
@@ -164,8 +177,10 @@ def eval_config(args, defaults, cuda: bool):
         args.warmup = defaults.cpu_warmup if on_cpu else defaults.warmup
     cfg = dict(backend=backend, precision=args.precision, correct_trials=args.correct_trials,
                timing=TimingSettings(warmup=args.warmup, trials=args.trials),
-               live_baseline=bool(args.live_baseline),
+               live_baseline=bool(args.live_baseline), recheck_timed=args.recheck_timed,
+               baseline_mode=baseline_mode(args.baseline_compile),
+               atol=args.atol, rtol=args.rtol,
+               keep_workdirs=args.keep_workdirs,
                # absolute: the build and run children work in other folders
-               results_dir=Path(args.results_dir).resolve(), **execution_config(args),
-               **executor_config(args))
+               results_dir=Path(args.results_dir).resolve(), **execution_config(args))
     return EvalConfig(**cfg)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kb_eval.errors import UserError
-from kb_eval.run.flags import RESUMED_FLAGS
+from kb_eval.run.flags import CPU_QUICK, RESUMED_FLAGS
 
 
 def answerable(model, problems: list, precision: str) -> list:
@@ -27,23 +27,29 @@ def answerable(model, problems: list, precision: str) -> list:
     return have
 
 
-def prepare_context(config, problems, stored: dict, live_asked: bool):
+def prepare_context(config, problems, stored: dict):
     """The eval context; without a usable baseline file (missing, or lacking a problem),
-    the reference is timed live instead, with a note (unless a resumed run used the file)."""
-    from kb_eval.eval import prepare
+    the reference is timed live instead, with a note, unless a file was asked for
+    (--baseline-compile) or the resumed run used one (as kb_eval.eval does)."""
+    from kb_eval.eval.schedule.context import create_checked
 
-    if config.live_baseline:
-        return prepare(config)
-    try:
-        ctx = prepare(config)
-        ctx.check_baseline_covers(problems)
-        return ctx
-    except UserError as e:
-        if stored.get("baseline") not in (None, "live") or live_asked:
-            raise
-        ctx = prepare(config.model_copy(update={"live_baseline": True}))
-        print(f"note: {e}\nnote: timing the PyTorch reference live in this run instead")
-        return ctx
+    may_go_live = (not config.baseline_mode.startswith("compile-")
+                   and stored.get("baseline") in (None, "", "live"))
+    ctx, note = create_checked(config, problems, may_go_live)
+    if note:
+        print(f"note: {note}")
+    return ctx
+
+
+def cpu_default_selection(args, backend: str) -> None:
+    """On the CPU with no problem selected, ask the quick set (CPU_QUICK) and say so."""
+    source, name = CPU_QUICK
+    chosen = (args.level, args.problems, args.name)
+    if backend != "cpp" or args.source != source or any(chosen) or args.full_suite:
+        return
+    args.name = name
+    print(f"note: on the CPU, {source} runs its {name} problems by default (every level and "
+          f"kernel, small shapes); --full-suite asks all of them")
 
 
 def make_writer(path: Path, ctx, **kw):
@@ -66,14 +72,16 @@ def make_writer(path: Path, ctx, **kw):
 def open_writer(run_dir: Path, run: str, ctx, model, endpoint, args, problems: list):
     """The run's results file, created or (with --resume) reopened, and saved at once with
     what this run is: the flags a later --resume takes back, and the model asked."""
-    from kb_eval.results import Producer
+    from kb_eval.results import Producer, stored_producer
 
+    # Read before the writer rewrites the file: a resumed run lists every invocation.
+    previous = stored_producer(run_dir / "results.json") if args.resume else None
     writer = make_writer(run_dir / "results.json", ctx, name=model.name, run=run,
                          source=args.source, problems_asked=[p.key for p in problems],
                          samples_per_problem=args.samples, resume=args.resume)
     # Failed requests are asked again on resume: drop their records.
     writer.file.samples = [r for r in writer.file.samples if r.status != "inference_error"]
-    writer.file.produced_by = Producer(tool="kb_eval.run")
+    writer.file.produced_by = Producer(tool="kb_eval.run").continuing(previous)
     writer.file.run_args = {flag: getattr(args, flag) for flag in RESUMED_FLAGS}
     writer.file.model = ({"name": endpoint.name, "endpoint": endpoint.base_url,
                           "model": endpoint.model, "params": endpoint.request_params()}

@@ -53,7 +53,8 @@ class Runner:
             return
         evaluator, askers = self._start_threads()
         self.open_chains = len(chains)
-        self.bar = tqdm(total=todo, unit="sample", dynamic_ncols=True)
+        self.bar = tqdm(total=todo, unit="sample", dynamic_ncols=True,
+                        disable=bool(getattr(self.args, "quiet", False)))
         finished = False
         try:
             for chain in chains:

@@ -108,6 +108,17 @@ def compare_outputs(outs: list[torch.Tensor], refs: list[torch.Tensor], atol: fl
     return total
 
 
+def _count_kind(info: CorrectnessInfo, label: str) -> None:
+    """Say what `trials` is made of (wire/labels.py: correct_<i>, shape_0, timing_<i>_..)."""
+    kind = str(label).partition("_")[0]
+    if kind == "timing":
+        info.rechecked_timed += 1
+    elif kind == "shape":
+        info.shape_probes += 1
+    else:
+        info.correct_trials += 1
+
+
 def info_from_diffs(labels: list[str], diffs: dict[str, dict], atol: float,
                     rtol: float) -> CorrectnessInfo:
     """Add up the reference server's per-label comparisons (a label it has none for fails);
@@ -117,6 +128,7 @@ def info_from_diffs(labels: list[str], diffs: dict[str, dict], atol: float,
     count = 0
     for label in labels:
         info.trials += 1
+        _count_kind(info, label)
         d = diffs.get(label) or {"ok": False, "error": "not compared"}
         max_abs, max_rel = max(max_abs, d.get("max_abs", 0.0)), max(max_rel, d.get("max_rel", 0.0))
         sum_abs, count = sum_abs + d.get("sum_abs", 0.0), count + d.get("count", 0)

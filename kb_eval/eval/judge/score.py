@@ -18,7 +18,7 @@ import math
 from collections import Counter
 from typing import Iterable
 
-from kb_eval.results import HARNESS_STATUSES, RunSummary, SampleRecord
+from kb_eval.results import HARNESS_STATUSES, RunSummary, SampleRecord, level_of
 
 FAST_P = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
 PASS_K = (1, 5, 10)
@@ -131,6 +131,18 @@ def summarize(records: Iterable[SampleRecord], problems_asked: Iterable[str],
               f"judge any of their samples ({', '.join(sorted({r.status for r in harness}))})"
               if excluded else None),
     )
+
+
+def summarize_levels(records: Iterable[SampleRecord], problems_asked: Iterable[str],
+                     samples_per_problem: int = 1) -> RunSummary:
+    """summarize(), with `levels` filled: the same figures over each level's problems."""
+    records, asked = list(records), list(dict.fromkeys(problems_asked))
+    summary = summarize(records, asked, samples_per_problem)
+    for level in sorted({level_of(k) for k in asked}):
+        keys = [k for k in asked if level_of(k) == level]
+        summary.levels[f"level{level}"] = summarize(
+            [r for r in records if level_of(r.key) == level], keys, samples_per_problem)
+    return summary
 
 
 def speedups_table(records: Iterable[SampleRecord]):

@@ -4,13 +4,15 @@
   derived from it per problem, never the secret, and it is never written to disk;
 - the hardware, the device kind (cpp -> CPU, cuda/triton -> GPU) and the GPUs to use;
 - the toolchain fingerprint that keys the build cache, and the children's environments;
-- the baseline: the file for this hardware + precision + timing method, or live.
+- the baseline: the file for this hardware + problem source + precision + timing
+  method (read when the first problem of a source asks for it), or live.
 """
 
 from __future__ import annotations
 
 import os
 import secrets
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +25,7 @@ from kb_eval.inputs import derive_seed
 from kb_eval.isolation import NICE_VAR
 from kb_eval.problems import Problem
 from kb_eval.results import BaselineFile, HardwareInfo, baseline_path, read_model
-from kb_eval.timing import TimingStats
+from kb_eval.timing import TimingStats, method_for
 
 
 @dataclass
@@ -37,8 +39,12 @@ class EvalContext:
     fingerprint: str
     invocation_dir: Path
     compiler_env: dict[str, str] = field(default_factory=dict)  # CXX: the pch front
+    # The baseline file last read, for messages and the run file (one source per run).
     baseline: BaselineFile | None = None
     baseline_file: Path | None = None
+    # source label -> (path, file or None, why not): one baseline file per source.
+    baselines: dict[str, tuple] = field(default_factory=dict)
+    _baseline_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     secret: int = field(default_factory=lambda: secrets.randbits(63), repr=False)
 
     @classmethod
@@ -52,6 +58,11 @@ class EvalContext:
             raise UserError(f"backend {backend} needs a CUDA GPU and none is visible "
                             f"(use --backend cpp on a CPU machine)")
         hardware = HardwareInfo.detect("cuda" if kind == "cuda" else "cpu")
+        # The method names the clock actually used (a CPU run is not timed with CUDA events).
+        method = method_for(kind, config.timing.flush_l2)
+        if config.timing.method != method:
+            config = config.model_copy(update={
+                "timing": config.timing.model_copy(update={"method": method})})
         devices = visible_gpus(config.devices) if kind == "cuda" else ["cpu"]
         arch = os.environ.get("TORCH_CUDA_ARCH_LIST") or (hardware.capability or "")
         stamp = time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}-{secrets.token_hex(3)}"
@@ -61,8 +72,6 @@ class EvalContext:
                   fingerprint=toolchain_fingerprint(arch, front=compiler_env.get("CXX", "")),
                   invocation_dir=scratch_root(config) / "runs" / stamp,
                   compiler_env=compiler_env)
-        if not config.live_baseline:
-            ctx.baseline_file, ctx.baseline = load_baseline(config, hardware)
         return ctx
 
     # ---------------------------------------------------------------- seeds
@@ -89,27 +98,85 @@ class EvalContext:
         return "cpu" if device == "cpu" else "cuda:0"  # each child sees one GPU
 
     # ---------------------------------------------------------------- baseline
-    def baseline_for(self, problem: Problem) -> TimingStats | None:
-        if self.baseline is None:
+    def _baseline(self, source: str, strict: bool) -> BaselineFile | None:
+        """The baseline file of `source`, read once, from whichever thread asks first.
+        None: live, or (not `strict`) missing or unusable; `strict` raises why instead."""
+        if self.config.live_baseline:
             return None
-        rec = self.baseline.records.get(problem.key)
+        with self._baseline_lock:
+            if source not in self.baselines:
+                self.baselines[source] = self._read_baseline(source)
+            path, data, error = self.baselines[source]
+            self.baseline_file, self.baseline = path, data
+        if error is not None and strict:
+            raise error
+        return data
+
+    def _read_baseline(self, source: str) -> tuple[Path, BaselineFile | None, UserError | None]:
+        cfg = self.config
+        path = baseline_path(cfg.results_dir, self.hardware.slug, cfg.precision,
+                             cfg.baseline_mode, source=source)
+        if not path.is_file():
+            return path, None, UserError(
+                f"no baseline for {source} on {self.hardware.name} at {cfg.precision}: "
+                f"{path} is missing; run `python -m kb_eval.baseline` with the same "
+                f"--source and --precision {cfg.precision}{_compile_flag(cfg)} on this "
+                f"machine, or pass --live-baseline")
+        try:
+            return path, load_baseline(cfg, self.hardware, path), None
+        except UserError as e:
+            return path, None, e
+
+    def baseline_for(self, problem: Problem) -> TimingStats | None:
+        baseline = self._baseline(problem.source, strict=False)
+        rec = baseline.records.get(problem.key) if baseline is not None else None
         return rec.timing if rec is not None and rec.status == "ok" else None
 
     def baseline_peak(self, problem: Problem) -> int | None:
         """The reference's peak device memory measured by the baseline stage, if known."""
-        rec = self.baseline.records.get(problem.key) if self.baseline is not None else None
+        baseline = self._baseline(problem.source, strict=False)
+        rec = baseline.records.get(problem.key) if baseline is not None else None
         return rec.peak_mem_bytes if rec is not None else None
 
     def check_baseline_covers(self, problems: list[Problem]) -> None:
-        """Every asked problem has an ok baseline record (else: a clear error)."""
-        if self.baseline is None:
+        """Every asked problem has an ok baseline record (else: a clear error); reads each
+        source's file now, so that a missing or mismatched one stops the run before work."""
+        if self.config.live_baseline:
             return
+        for source in dict.fromkeys(p.source for p in problems):
+            self._baseline(source, strict=True)
         missing = [p.key for p in problems if self.baseline_for(p) is None]
         if missing:
             more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
             shown = ", ".join(missing[:5]) + more
             raise UserError(f"{self.baseline_file} has no timing for {shown}: rerun "
                             f"`python -m kb_eval.baseline` for them, or pass --live-baseline")
+
+
+def _compile_flag(cfg: EvalConfig) -> str:
+    mode = cfg.baseline_mode
+    return f" --compile {mode.removeprefix('compile-')}" if mode != "eager" else ""
+
+
+def create_checked(config: EvalConfig, problems: list[Problem], may_go_live: bool
+                   ) -> tuple["EvalContext", str | None]:
+    """The context, its baseline checked to cover every asked problem. Without a usable
+    file (missing, or lacking a problem) and with `may_go_live` (no baseline file asked
+    for by name: no --baseline-compile, not a resumed run that used a file), the reference
+    is timed live in this run instead, and the second value says why (kb_eval.run and
+    kb_eval.eval behave alike)."""
+    ctx = EvalContext.create(config)
+    if config.live_baseline:
+        return ctx, None
+    try:
+        ctx.check_baseline_covers(problems)
+        return ctx, None
+    except UserError as e:
+        if not may_go_live:
+            raise
+        ctx.config = ctx.config.model_copy(update={"live_baseline": True})
+        ctx.baseline = ctx.baseline_file = None
+        return ctx, f"{e}\nnote: timing the PyTorch reference live in this run instead"
 
 
 def compiler_front(config: EvalConfig) -> dict[str, str]:
@@ -136,12 +203,8 @@ def visible_gpus(requested: list[str] | None) -> list[str]:
     return names
 
 
-def load_baseline(config: EvalConfig, hardware: HardwareInfo) -> tuple[Path, BaselineFile]:
-    path = baseline_path(config.results_dir, hardware.slug, config.precision)
-    if not path.is_file():
-        raise UserError(f"no baseline for {hardware.name} at {config.precision}: {path} is "
-                        f"missing; run `python -m kb_eval.baseline --precision "
-                        f"{config.precision}` on this machine, or pass --live-baseline")
+def load_baseline(config: EvalConfig, hardware: HardwareInfo, path: Path) -> BaselineFile:
+    """A baseline file that matches this evaluation's hardware, precision and timing."""
     baseline = read_model(path, BaselineFile)
     if baseline.hardware.slug != hardware.slug or baseline.precision != config.precision:
         raise UserError(f"{path} was measured on {baseline.hardware.name} at "
@@ -149,7 +212,7 @@ def load_baseline(config: EvalConfig, hardware: HardwareInfo) -> tuple[Path, Bas
     if baseline.timing.method != config.timing.method:
         raise UserError(f"{path} was timed with {baseline.timing.method!r}, this run with "
                         f"{config.timing.method!r}: refusing to mix timing methods")
-    return path, baseline
+    return baseline
 
 
 def scratch_root(config: EvalConfig, min_free_gb: float = 8.0) -> Path:

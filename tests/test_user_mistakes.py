@@ -1,0 +1,267 @@
+"""The user-mistake walk: every command (run, eval, baseline, report, check) given the
+mistakes a new user makes -- a file where a folder is expected, a place it cannot write,
+missing files, unknown names, bad ranges, a missing $KB_EVAL_CONFIG, a --resume of a run
+that does not exist, GPUs asked for on a machine without one -- answers with exactly one
+line on stderr and exit code 2, never a traceback, and before any work.
+
+Each case runs the real command in a subprocess from an empty folder (the repo's
+config.py, no API keys); they run a few at a time, so the walk takes well under a minute.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+CANDIDATE = REPO / "tests" / "candidates" / "cpp" / "level1_problem1_sample1.py"
+PROBLEMS = REPO / "tests" / "candidates" / "problems"
+UNWRITABLE = "/proc/kb-eval-nope"  # even root cannot make a folder in /proc
+NO_GPU = not torch.cuda.is_available()
+
+CLIS = {"run": "kb_eval.run", "eval": "kb_eval.eval", "baseline": "kb_eval.baseline",
+        "report": "kb_eval.report", "check": "kb_eval.check"}
+EVAL = ["--candidates", str(CANDIDATE), "--source", str(PROBLEMS), "--backend", "cpp"]
+
+# (command, arguments, what the one line must say); {file} is a plain file, {runs} an
+# empty folder, {config} a path with no file.
+CASES = [
+    # a file where a folder is expected, a place that cannot be written
+    ("run", ["--results-dir", "{file}"], "is a file, not a folder"),
+    ("run", ["--results-dir", UNWRITABLE + "/r"], "cannot write"),
+    ("run", ["--cache-dir", "{file}/c"], "is a file, not a folder"),
+    ("eval", [*EVAL, "--results-dir", "{file}"], "is a file, not a folder"),
+    ("eval", [*EVAL, "--results-dir", UNWRITABLE], "cannot write"),
+    ("baseline", ["--results-dir", "{file}"], "is a file, not a folder"),
+    ("baseline", ["--output", "{file}/x.json"], "is a file, not a folder"),
+    ("baseline", ["--output", UNWRITABLE + "/x.json"], "cannot write"),
+    ("baseline", ["--output", "{runs}"], "is a folder"),
+    ("report", ["--results-dir", "{file}"], "does not exist"),
+    ("report", ["--results-dir", "{runs}", "--csv", "/nonexistent-dir/x.csv"],
+     "cannot write /nonexistent-dir/x.csv"),
+    ("report", ["--results-dir", "{runs}", "--html", "{file}/x.html"], "cannot write"),
+    ("report", ["--results-dir", "{runs}", "--csv", "{runs}"], "it is a folder"),
+    ("check", ["--harness", "--results-dir", "{file}"], "is a file, not a folder"),
+    ("check", ["--harness", "--out", "{file}/x.json"], "is a file, not a folder"),
+    # missing files and folders
+    ("eval", ["--candidates", "/no/such/kernels", "--backend", "cpp"], "/no/such/kernels"),
+    ("run", ["--source", "/no/such/problems"], "/no/such/problems"),
+    ("baseline", ["--source", "/no/such/problems"], "/no/such/problems"),
+    ("check", ["--source", "/no/such/problems"], "/no/such/problems"),
+    ("report", ["--results-dir", "/nonexistent/results"], "does not exist"),
+    # unknown names
+    ("run", ["--model", "nosuch"], "nosuch"),
+    ("run", ["--source", "nosuch"], "nosuch"),
+    ("run", ["--backend", "fortran"], "invalid choice"),
+    ("eval", [*EVAL, "--precision", "fp64"], "invalid choice"),
+    ("baseline", ["--compile", "fastest"], "invalid choice"),
+    ("report", ["--results-dir", "{runs}", "--precision", "fp64"], "unknown --precision"),
+    ("report", ["--results-dir", "{runs}", "--model", "nosuch"], "unknown --model 'nosuch'"),
+    ("report", ["--bogus-flag"], "unrecognized arguments"),
+    # bad ranges and numbers
+    ("run", ["--level", "9"], "level 9 not in"),
+    ("run", ["--level", "0"], "bad level"),
+    ("run", ["--problems", "5-2"], "5-2"),
+    ("run", ["--problems", "999"], "999"),
+    ("run", ["--samples", "0"], "--samples must be at least 1"),
+    ("run", ["--atol", "-1"], "--atol must be at least 0"),
+    ("eval", [*EVAL, "--level", "7"], "level 7 not in"),
+    ("eval", [*EVAL, "--rtol", "-0.5"], "--rtol must be at least 0"),
+    ("baseline", ["--problems", "3-1"], "3-1"),
+    ("baseline", ["--trials", "0"], "--trials must be at least 1"),
+    ("check", ["--level", "9"], "level 9 not in"),
+    ("check", ["--seeds", "1"], "--seeds must be at least 2"),
+    # settings that must not be ignored
+    ("run", ["--resume", "--run", "nosuch"], "nothing to resume"),
+    ("run", ["--resume"], "no run under"),
+    ("eval", [*EVAL, "--resume", "--run", "nosuch"], "nothing to resume"),
+    ("run", ["--live-baseline", "--baseline-compile", "default"], "pick one baseline"),
+    ("eval", [*EVAL, "--baseline-compile", "max-autotune", "--results-dir", "{runs}"],
+     "_compile-max-autotune.json is missing"),
+    *[(cli, [], "KB_EVAL_CONFIG") for cli in CLIS],
+    *([("run", ["--gpus", "0"], "no GPU visible"),
+       ("eval", [*EVAL, "--gpus", "0"], "no GPU visible"),
+       ("baseline", ["--gpus", "0"], "no GPU visible"),
+       ("check", ["--gpus", "0"], "no GPU visible")] if NO_GPU else []),
+]
+
+
+def _env(config: str | None) -> dict:
+    env = {k: v for k, v in os.environ.items()
+           if k != "KB_EVAL_CONFIG" and not k.endswith("_API_KEY")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    if config is not None:
+        env["KB_EVAL_CONFIG"] = config
+    return env
+
+
+def _run(cli: str, args: list[str], cwd: Path, config: str | None):
+    return subprocess.run([sys.executable, "-m", CLIS[cli], *args], cwd=cwd, env=_env(config),
+                          capture_output=True, text=True, timeout=180)
+
+
+@pytest.fixture(scope="module")
+def walk(tmp_path_factory):
+    """Every case, run a few at a time: (case, its working folder, completed process)."""
+    root = tmp_path_factory.mktemp("mistakes")
+    (root / "afile").write_text("not a folder\n")
+    (root / "runs").mkdir()
+    subst = {"{file}": str(root / "afile"), "{runs}": str(root / "runs")}
+
+    def one(case):
+        cli, args, _ = case
+        cwd = root / f"cwd-{CASES.index(case)}"
+        cwd.mkdir()
+        args = [a.replace("{file}", subst["{file}"]).replace("{runs}", subst["{runs}"])
+                for a in args]
+        config = str(root / "no-config.py") if not args else None
+        return case, cwd, _run(cli, args, cwd, config)
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        return list(pool.map(one, CASES))
+
+
+@pytest.mark.parametrize("i", range(len(CASES)),
+                         ids=[f"{c[0]} {' '.join(c[1])[:60] or 'KB_EVAL_CONFIG'}"
+                              for c in CASES])
+def test_mistake_is_one_line_and_exit_2(walk, i):
+    (cli, args, expected), cwd, done = walk[i]
+    err = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
+    assert "Traceback" not in done.stderr
+    assert len(err) == 1, err
+    assert err[0].startswith("error: ") and expected in err[0], err[0]
+    # Before any work: no result or baseline file written, nothing built (the compiler
+    # front's one-line script may be installed by an eval that got as far as its baseline).
+    written = [p for p in cwd.rglob("*") if p.is_file() and p.parent.name != "bin"]
+    assert not written, written
+
+
+def test_walk_covers_every_command():
+    assert {c[0] for c in CASES} == set(CLIS)
+
+
+def test_recheck_default_matches_the_eval_config():
+    """kb_eval.cli keeps the default without importing torch; it must not drift."""
+    from kb_eval.cli import RECHECK_TIMED_DEFAULT
+    from kb_eval.eval.config import EvalConfig
+
+    assert EvalConfig.model_fields["recheck_timed"].default == RECHECK_TIMED_DEFAULT
+
+
+# ------------------------------------------------------------------ --help and shared flags
+def test_every_help_answers_and_run_has_evals_checking_flags(tmp_path):
+    """`--help` of every command exits 0; run and eval share the checking flags (run used
+    to lack them) and the baseline choice."""
+    shared = ("--atol", "--rtol", "--recheck-timed", "--keep-workdirs", "--quiet",
+              "--live-baseline", "--baseline-compile")
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        helps = dict(zip(CLIS, pool.map(lambda c: _run(c, ["--help"], tmp_path, None), CLIS)))
+    for cli, done in helps.items():
+        assert done.returncode == 0 and "usage:" in done.stdout, (cli, done.stderr)
+    for cli in ("run", "eval"):
+        missing = [f for f in shared if f not in helps[cli].stdout]
+        assert not missing, (cli, missing)
+    assert "--full-suite" in helps["run"].stdout and "--quiet" in helps["baseline"].stdout
+
+
+def test_level_takes_several_levels():
+    from kb_eval.cli import Parser, add_selection_flags
+    from kb_eval.problems import load_problems
+
+    p = Parser(prog="x")
+    add_selection_flags(p, "bert")
+    assert p.parse_args(["--level", "3", "1"]).level == [1, 3]
+    assert p.parse_args(["--level", "1,3", "3"]).level == [1, 3]
+    assert p.parse_args([]).level is None
+    assert {q.level for q in load_problems("bert", [1, 3])} == {1, 3}
+    assert {q.level for q in load_problems("bert", 2)} == {2}  # one level, the old form
+
+
+# ------------------------------------------------------------------ the files written
+def test_result_files_get_the_usual_mode(tmp_path):
+    """write_json_atomic's temp file is 0600; the result must be what open() makes."""
+    from kb_eval.results import write_json_atomic
+
+    old = os.umask(0o022)
+    try:
+        write_json_atomic(tmp_path / "r.json", {"a": 1})
+    finally:
+        os.umask(old)
+    assert (tmp_path / "r.json").stat().st_mode & 0o777 == 0o644
+
+
+def test_baseline_file_per_source_and_invocations_kept():
+    from kb_eval.results import Producer, baseline_path
+
+    ops = baseline_path(Path("results"), "cpu", "fp32", source="ops")
+    bert = baseline_path(Path("results"), "cpu", "fp32", "compile-default", source="bert")
+    assert ops == Path("results/baseline/cpu/ops/fp32.json")
+    assert bert == Path("results/baseline/cpu/bert/fp32_compile-default.json")
+    first = Producer(tool="t", argv=["a", "--x"]).continuing(None)
+    third = Producer(tool="t", argv=["c"]).continuing(
+        Producer(tool="t", argv=["b"]).continuing(first))
+    assert third.invocations == [["a", "--x"], ["b"], ["c"]] and third.argv == ["c"]
+    # A file written before `invocations` existed: its argv is its one invocation.
+    assert Producer(tool="t", argv=["z"]).continuing(
+        Producer(tool="t", argv=["y"])).invocations == [["y"], ["z"]]
+
+
+def test_cpu_named_and_cpu_timings_not_called_cuda_events():
+    from kb_eval.results import HardwareInfo, cpu_model
+    from kb_eval.timing import method_for
+
+    name = cpu_model()
+    assert name and not name.isdigit()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists() and "model name" in cpuinfo.read_text():
+        assert name in cpuinfo.read_text()
+    hw = HardwareInfo.detect("cpu")
+    assert hw.cpu == name and hw.name == name
+    assert method_for("cpu") == "perf_counter"
+    assert method_for("cuda") == "cuda_events+l2flush+devsync"
+    assert method_for("cuda", flush_l2=False) == "cuda_events+devsync"
+
+
+def test_correctness_trials_explained():
+    """trials = correctness trials + shape probes + re-checked timed calls, each counted."""
+    from kb_eval.eval.judge.correctness import info_from_diffs
+
+    labels = [f"correct_{i}" for i in range(5)] + ["shape_0"] + \
+        [f"timing_{i}_{i + 10:x}" for i in range(5)]
+    info = info_from_diffs(labels, {lb: {"ok": True} for lb in labels}, 1e-4, 1e-4)
+    assert (info.trials, info.correct_trials, info.shape_probes, info.rechecked_timed) == \
+        (11, 5, 1, 5)
+
+
+def test_samples_sorted_and_summary_per_level():
+    from kb_eval.eval.judge.score import summarize_levels
+    from kb_eval.report import summary_table
+    from kb_eval.results import RunFile, SampleRecord, HardwareInfo, Producer, sample_order
+    from kb_eval.timing import TimingSettings
+
+    recs = [SampleRecord(key=f"s/level{lv}/{pid}", level=lv, problem_id=pid, sample=s,
+                         turn=t, status="correct", compiled=True, correct=True,
+                         speedup=2.0 if lv == 1 else 0.5)
+            for lv, pid, s, t in [(2, 1, 0, 0), (1, 10, 0, 0), (1, 2, 1, 0), (1, 2, 0, 1),
+                                  (1, 2, 0, 0)]]
+    ordered = sorted(recs, key=sample_order)
+    assert [(r.level, r.problem_id, r.sample, r.turn) for r in ordered] == \
+        [(1, 2, 0, 0), (1, 2, 0, 1), (1, 2, 1, 0), (1, 10, 0, 0), (2, 1, 0, 0)]
+    asked = ["s/level1/2", "s/level1/10", "s/level2/1"]
+    s = summarize_levels(recs, asked, samples_per_problem=2)
+    assert set(s.levels) == {"level1", "level2"}
+    assert s.levels["level1"].problems == 2 and s.levels["level1"].fast_p["fast_1"] > 0
+    assert s.levels["level2"].fast_p["fast_1"] == 0.0
+    run = RunFile(produced_by=Producer(tool="t"), precision="fp32", timing=TimingSettings(),
+                  hardware=HardwareInfo(device="cpu", name="c", slug="cpu", torch_version="x"),
+                  samples=ordered, problems_asked=asked, summary=s)
+    table = summary_table(run)
+    assert "level1 (2 problems)" in table and "level2 (1 problems)" in table
+    assert "nan" not in table.lower() and "None" not in table
