@@ -14,6 +14,7 @@ import torch
 from kb_eval.baseline.stage import BaselineJob, run_baseline
 from kb_eval.cli import (COMPILE_MODES, Parser, add_precision_flag, add_quiet_flag,
                          add_selection_flags, check_gpus_visible, run_cli, writable_dir)
+from kb_eval.compilers.flags import add_tvm_flags, baseline_mode_of
 from kb_eval.errors import UserError
 from kb_eval.problems import load_problems
 from kb_eval.settings import load_settings
@@ -28,8 +29,10 @@ def parser(defaults) -> Parser:
     add_selection_flags(p, defaults.source)
     add_precision_flag(p, defaults.precision)
     p.add_argument("--compile", dest="compile_mode", default=None,
-                   choices=COMPILE_MODES,
-                   help="time torch.compile(model, mode=...) instead of eager")
+                   choices=[*COMPILE_MODES, "tvm"],
+                   help="time torch.compile(model, mode=...) instead of eager, or 'tvm': "
+                        "the reference exported with torch.export and built by Apache TVM")
+    add_tvm_flags(p)
     p.add_argument("--warmup", type=int, default=None,
                    help=f"untimed calls before timing (default: {defaults.warmup} on GPU, "
                         f"{defaults.cpu_warmup} on CPU)")
@@ -87,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     timing = TimingSettings(warmup=warmup, trials=trials, flush_l2=not args.no_l2_flush,
                             method=method_for(device, not args.no_l2_flush))
     job = BaselineJob(problems=problems, precision=args.precision,
-                      mode=f"compile-{args.compile_mode}" if args.compile_mode else "eager",
+                      mode=baseline_mode_of(args, d.cache_dir),
                       timing=timing, results_dir=Path(args.results_dir).expanduser(),
                       device=device, gpus=gpus, timeout_s=args.timeout,
                       mem_limit_mb=d.mem_limit_mb, resume=args.resume,

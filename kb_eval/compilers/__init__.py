@@ -1,0 +1,1 @@
+"""Compiler baselines beside eager PyTorch: torch.compile modes and Apache TVM (Relax)."""

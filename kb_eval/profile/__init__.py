@@ -1,0 +1,1 @@
+"""python -m kb_eval.profile: torch.profiler views of problems, solutions and BERT."""

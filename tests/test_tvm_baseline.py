@@ -1,0 +1,91 @@
+"""python -m kb_eval.baseline --compile tvm on CPU (LLVM target): bundled ops problems are
+exported, built by Apache TVM and timed; a problem TVM cannot import is recorded with its
+reason and the run goes on; TVM's flags without --compile tvm are a user error."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("tvm", reason="the 'tvm' extra (apache-tvm) is not installed")
+
+REPO = Path(__file__).resolve().parents[1]
+FFT_PROBLEM = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.fft.rfft(x).abs()
+
+
+def get_inputs():
+    return [torch.randn(32, 64)]
+
+
+def get_init_inputs():
+    return []
+'''
+SQUARE_PROBLEM = FFT_PROBLEM.replace("torch.fft.rfft(x).abs()", "x * x + 1.0")
+
+
+def baseline(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kb_eval.baseline", "--quiet", "--device",
+                           "cpu", "--trials", "2", "--warmup", "1", *args],
+                          capture_output=True, text=True, cwd=cwd, timeout=600)
+
+
+def test_tvm_times_ops_problems(tmp_path):
+    out = tmp_path / "tvm.json"
+    proc = baseline("--source", "ops", "--level", "1", "--problems", "15,19,23",
+                    "--compile", "tvm", "--output", str(out), cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    data = json.loads(out.read_text())
+    assert data["mode"] == "tvm"
+    records = data["records"]
+    assert set(records) == {"ops/level1/15", "ops/level1/19", "ops/level1/23"}
+    for key, rec in records.items():
+        assert rec["status"] == "ok", (key, rec.get("error"))
+        assert rec["timing"]["n"] == 2 and rec["timing"]["median"] > 0
+
+
+def test_unsupported_problem_is_recorded_and_run_goes_on(tmp_path):
+    level = tmp_path / "probs" / "level1"
+    level.mkdir(parents=True)
+    (level / "1_rfft.py").write_text(FFT_PROBLEM)
+    (level / "2_square.py").write_text(SQUARE_PROBLEM)
+    out = tmp_path / "tvm.json"
+    proc = baseline("--source", str(tmp_path / "probs"), "--compile", "tvm",
+                    "--output", str(out), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    records = json.loads(out.read_text())["records"]
+    fft = next(r for r in records.values() if r["name"] == "rfft")
+    assert fft["status"] == "error" and fft["timing"] is None
+    assert "TVM Relax import failed" in fft["error"] and "_fft_r2c" in fft["error"]
+    square = next(r for r in records.values() if r["name"] == "square")
+    assert square["status"] == "ok" and square["timing"]["median"] > 0
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--tvm-tune", "4"], "--tvm-tune and --tvm-no-arch need --compile tvm"),
+    (["--tvm-no-arch", "--compile", "default"], "need --compile tvm"),
+    (["--compile", "tvm", "--tvm-tune", "-1"], "--tvm-tune must be at least 0"),
+])
+def test_tvm_flag_mistakes_are_one_line(tmp_path, flags, message):
+    proc = baseline("--source", "ops", "--problems", "15", "--output",
+                    str(tmp_path / "x.json"), *flags, cwd=REPO)
+    assert proc.returncode == 2
+    assert message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_mode_strings_round_trip():
+    from kb_eval.compilers.tvm import TvmOptions
+    for options in (TvmOptions(), TvmOptions(arch=False), TvmOptions(tune_trials=64),
+                    TvmOptions(arch=False, tune_trials=8)):
+        assert TvmOptions.parse(options.mode) == options
+    with pytest.raises(ValueError):
+        TvmOptions.parse("tvm-fast")
