@@ -19,7 +19,7 @@ from typing import Iterable, Iterator
 from kb_eval.errors import UserError
 from kb_eval.eval.config import EvalConfig
 from kb_eval.eval.schedule.context import EvalContext
-from kb_eval.eval.schedule.pool import EvalPool
+from kb_eval.eval.schedule.pool import make_pool
 from kb_eval.eval.judge.score import summarize_levels
 from kb_eval.problems import Problem
 from kb_eval.results import (HARNESS_STATUSES, Producer, RunFile, SampleRecord, now_iso,
@@ -41,7 +41,7 @@ def evaluate(pairs: Iterable[Pair], config: EvalConfig | None = None, *,
 
 
 def _stream(ctx: EvalContext, pairs: Iterable[Pair]) -> Iterator[SampleRecord]:
-    pool = EvalPool(ctx)
+    pool = make_pool(ctx)
     intake_done, intake_error = threading.Event(), []
 
     def intake() -> None:

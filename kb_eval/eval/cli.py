@@ -14,6 +14,7 @@ from kb_eval.cli import (Parser, add_checking_flags, add_execution_flags, add_le
                          add_precision_flag, add_quiet_flag, baseline_mode, check_tolerances,
                          execution_config, run_cli, writable_dir)
 from kb_eval.errors import UserError
+from kb_eval.ray_cluster import add_executor_flags, executor_config
 from kb_eval.eval.api import RunWriter, evaluate
 from kb_eval.eval.schedule.context import create_checked
 from kb_eval.eval.candidates import find_candidates, match_problems
@@ -69,6 +70,7 @@ def build_parser(defaults) -> argparse.ArgumentParser:
     add_quiet_flag(p)
     add_checking_flags(p)
     add_execution_flags(p, defaults)
+    add_executor_flags(p)
     return p
 
 
@@ -87,7 +89,8 @@ def make_config(args, defaults, cuda: bool) -> EvalConfig:
                recheck_timed=args.recheck_timed, atol=args.atol, rtol=args.rtol,
                live_baseline=args.live_baseline, results_dir=args.results_dir,
                baseline_mode=baseline_mode(args.baseline_compile),
-               keep_workdirs=args.keep_workdirs, **execution_config(args))
+               keep_workdirs=args.keep_workdirs, **execution_config(args),
+               **executor_config(args))
     return EvalConfig(**cfg)
 
 

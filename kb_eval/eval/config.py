@@ -51,6 +51,10 @@ class EvalConfig(BaseModel):
     extra_env: dict[str, str] = Field(default_factory=dict, description="added to every "
                                       "child's environment (e.g. PATH)")
     keep_workdirs: bool = Field(False, description="keep each sample's scratch folder")
+    executor: Literal["local", "ray"] = Field("local", description="who runs builds and "
+                                              "device lanes: this machine, or a Ray cluster")
+    ray_address: str | None = Field(None, description="the Ray cluster to join (None: "
+                                    "$RAY_ADDRESS, else a new one on this machine)")
 
     @field_validator("results_dir", "cache_dir")
     @classmethod

@@ -17,6 +17,7 @@ from kb_eval.cli import (RECHECK_TIMED_DEFAULT, Parser, add_checking_flags,
                          add_selection_flags, baseline_mode, check_tolerances,
                          execution_config)
 from kb_eval.errors import UserError
+from kb_eval.ray_cluster import add_executor_flags, executor_config
 
 PROMPTS = ("zero_shot", "one_shot", "few_shot")
 # What a CPU run asks when no problem is selected: the bert suite's batch 64 x seq 64
@@ -56,6 +57,7 @@ def build_parser(defaults) -> Parser:
     add_quiet_flag(p)
     add_checking_flags(p)
     add_execution_flags(p, defaults)
+    add_executor_flags(p)
     p.set_defaults(**{flag: None for flag in RESUMED_FLAGS})
     return p
 
@@ -182,5 +184,6 @@ def eval_config(args, defaults, cuda: bool):
                atol=args.atol, rtol=args.rtol,
                keep_workdirs=args.keep_workdirs,
                # absolute: the build and run children work in other folders
-               results_dir=Path(args.results_dir).resolve(), **execution_config(args))
+               results_dir=Path(args.results_dir).resolve(), **execution_config(args),
+               **executor_config(args))
     return EvalConfig(**cfg)

@@ -13,7 +13,9 @@ Devices never wait on a compiler: a sample reaches the ready queue only once bui
 builds of later samples go on while devices evaluate. Every candidate's child is fresh,
 so a child that hit a CUDA error is never reused (the reference server runs no candidate
 code and is replaced after any failure). Builds run niced, so they never slow a device. A bug of ours in one sample becomes
-that sample's `eval_error` record; the run goes on.
+that sample's `eval_error` record; the run goes on. What a lane does with one sample is
+lane.py; the same picture on a Ray cluster (builds as Ray tasks, each lane a Ray actor
+calling lane.py) is ray_executor.py, picked by `make_pool`.
 """
 
 from __future__ import annotations
@@ -22,19 +24,16 @@ import itertools
 import os
 import queue
 import shutil
-import sys
 import threading
-import traceback
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterator
 
-from kb_eval.eval.schedule.build import Builder, source_sha256
+from kb_eval.eval.schedule.build import BuildOutcome, Builder, source_sha256
 from kb_eval.eval.schedule.context import EvalContext
 from kb_eval.eval.schedule.reaper import sweep_escapees
 from kb_eval.eval.judge.references import ReferenceStore
-from kb_eval.eval.schedule.retry import evaluate_sample
-from kb_eval.eval.schedule.sample import (SHM, SampleTask, finish, new_record,
-                                 record_build_failure)
+from kb_eval.eval.schedule.lane import clean_up, evaluate_guarded, internal_error
+from kb_eval.eval.schedule.sample import SHM, SampleTask, record_build_failure
 from kb_eval.isolation import kill_running
 from kb_eval.problems import Problem
 from kb_eval.results import SampleRecord
@@ -43,111 +42,120 @@ _STOP = object()
 _POOL_IDS = itertools.count()
 
 
-class EvalPool:
+class RecordStream:
+    """What every executor's pool shares: samples in (`submit` counts them), records out
+    (`results`), in finishing order. `failure` holds an error that ends the run (an
+    executor that lost every device lane, say); `results` raises it."""
+
+    builds: ThreadPoolExecutor  # set by each executor
+
     def __init__(self, ctx: EvalContext):
-        cfg = ctx.config
         self.ctx = ctx
-        self.builder = Builder(root=cfg.cache_dir / "builds",
-                               fingerprint=ctx.fingerprint, env=ctx.build_env(),
-                               timeout_s=cfg.build_timeout_s, mem_limit_mb=cfg.mem_limit_mb)
-        self.refs = ReferenceStore(ctx)
-        self.prefix = f"kb-eval-{next(_POOL_IDS)}-"  # names this pool's threads
-        self.builds = ThreadPoolExecutor(cfg.jobs, thread_name_prefix=self.prefix + "build")
-        self.ready: queue.Queue = queue.Queue()
         self.done: queue.Queue = queue.Queue()
+        self.ready: queue.Queue = queue.Queue()  # built samples waiting for a device lane
+        self.failure: list[BaseException] = []
         self._pending = 0
         self._lock = threading.Lock()
         self._closed = self._abandoned = False
-        self.devices = [threading.Thread(target=self._device_loop, args=(d,), daemon=True,
-                                         name=f"{self.prefix}device-{d}") for d in ctx.devices]
-        for t in self.devices:
-            t.start()
 
-    # ---------------------------------------------------------------- intake
     def submit(self, problem: Problem, sample: int, source: str, turn: int = 0) -> None:
+        """Queue a sample for building (on the executor's build workers, `builds`)."""
+        self.builds.submit(self.build, self.new_task(problem, sample, source, turn))
+
+    def new_task(self, problem: Problem, sample: int, source: str, turn: int) -> SampleTask:
         slug = f"{problem.source.replace('/', '_')}_{problem.slug}_s{sample}_t{turn}"
         workdir = self.ctx.invocation_dir / "work" / f"{slug}_{source_sha256(source)[:8]}"
-        task = SampleTask(problem=problem, sample=sample, turn=turn, source=source,
-                          workdir=workdir)
         with self._lock:
             self._pending += 1
-        self.builds.submit(self._build, task)
+        return SampleTask(problem=problem, sample=sample, turn=turn, source=source,
+                          workdir=workdir)
+
+    def build(self, task: SampleTask) -> None:
+        """A build worker's job: build (the executor's `build_one`), then queue the sample
+        for a device, or record why it cannot run."""
+        try:
+            task.laps.restart()  # not the time queued for a build worker
+            task.build = self.build_one(task)
+            task.laps.lap("build")
+            if task.build.usable:
+                self.ready.put(task)
+            else:
+                self.finish(task, record_build_failure(self.ctx, task))
+        except Exception:  # noqa: BLE001 - our bug: record it, keep going
+            self.finish(task, internal_error(self.ctx, task))
+
+    def build_one(self, task: SampleTask) -> BuildOutcome:
+        raise NotImplementedError
+
+    def finish(self, task: SampleTask, record: SampleRecord) -> None:
+        if self._abandoned:
+            return
+        clean_up(self.ctx, task)
+        self.done.put(record)
+
+    def drop_queued(self) -> None:
+        """Forget the built samples no lane has taken yet (the run is being abandoned)."""
+        while True:
+            try:
+                self.ready.get_nowait()
+            except queue.Empty:
+                return
 
     @property
     def pending(self) -> int:
         with self._lock:
             return self._pending
 
-    def _build(self, task: SampleTask) -> None:
-        try:
-            task.laps.restart()  # not the time queued for a build worker
-            task.build = self.builder.build(task.source, task.workdir / "build")
-            task.laps.lap("build")
-            if task.build.usable:
-                self.ready.put(task)
-            else:
-                self._finish(task, record_build_failure(self.ctx, task))
-        except Exception:  # noqa: BLE001 - our bug: record it, keep going
-            self._finish(task, self._internal_error(task))
-
-    # ---------------------------------------------------------------- devices
-    def _device_loop(self, device: str) -> None:
-        while (task := self.ready.get()) is not _STOP:
-            record = self._evaluate_retrying(task, device)
-            self._finish(task, record)
-            if self._abandoned:
-                kill_running(self.prefix)
-
-    def _evaluate_retrying(self, task: SampleTask, device: str) -> SampleRecord:
-        """An exception of ours while evaluating: once more from the start (a passing
-        fault), then the sample's `eval_error` record; the run goes on either way."""
-        for attempt in (1, 2):
-            try:
-                record = evaluate_sample(self.ctx, self.refs, task, device)
-                if attempt == 2:
-                    record.retried = record.retried or "an exception in the evaluator"
-                return record
-            except Exception:  # noqa: BLE001 - our bug: record it, keep going
-                if attempt == 2:
-                    return self._internal_error(task)
-                task.laps.restart()
-        raise AssertionError("unreachable")
-
-    def _internal_error(self, task: SampleTask) -> SampleRecord:
-        text = traceback.format_exc()
-        print(f"kb_eval.eval: internal error on {task.problem.key} sample {task.sample}:\n"
-              f"{text}", file=sys.stderr)
-        record = new_record(self.ctx, task)
-        if task.build is not None:
-            record.build = task.build.info
-        record.status, record.error = "eval_error", text.strip().splitlines()[-1][:300]
-        record.detail = text[-4000:]
-        return finish(record, task)
-
-    def _finish(self, task: SampleTask, record: SampleRecord) -> None:
-        if self._abandoned:
-            return
-        if not self.ctx.config.keep_workdirs:
-            shutil.rmtree(task.workdir, ignore_errors=True)
-        if task.scratch is not None:  # in memory: never kept, it is RAM
-            shutil.rmtree(task.scratch, ignore_errors=True)
-        self.done.put(record)
-
-    # ---------------------------------------------------------------- output
     def results(self, intake_done: threading.Event, intake_error: list) -> Iterator[SampleRecord]:
         """Records as they finish, until intake is over and nothing is pending."""
         while True:
             try:
                 record = self.done.get(timeout=0.2)
             except queue.Empty:
-                if intake_error:
-                    raise intake_error[0]
+                if intake_error or self.failure:
+                    raise (intake_error or self.failure)[0]
                 if intake_done.is_set() and self.pending == 0:
                     return
                 continue
             with self._lock:
                 self._pending -= 1
             yield record
+
+
+def make_pool(ctx: EvalContext) -> RecordStream:
+    """The pool of the configured executor: this machine's threads, or a Ray cluster."""
+    if ctx.config.executor == "ray":
+        from kb_eval.eval.schedule.ray_executor import RayPool  # ray is an optional extra
+
+        return RayPool(ctx)
+    return EvalPool(ctx)
+
+
+class EvalPool(RecordStream):
+    def __init__(self, ctx: EvalContext):
+        super().__init__(ctx)
+        cfg = ctx.config
+        self.builder = Builder(root=cfg.cache_dir / "builds",
+                               fingerprint=ctx.fingerprint, env=ctx.build_env(),
+                               timeout_s=cfg.build_timeout_s, mem_limit_mb=cfg.mem_limit_mb)
+        self.refs = ReferenceStore(ctx)
+        self.prefix = f"kb-eval-{next(_POOL_IDS)}-"  # names this pool's threads
+        self.builds = ThreadPoolExecutor(cfg.jobs, thread_name_prefix=self.prefix + "build")
+        self.devices = [threading.Thread(target=self._device_loop, args=(d,), daemon=True,
+                                         name=f"{self.prefix}device-{d}") for d in ctx.devices]
+        for t in self.devices:
+            t.start()
+
+    def build_one(self, task: SampleTask) -> BuildOutcome:
+        return self.builder.build(task.source, task.workdir / "build")
+
+    # ---------------------------------------------------------------- devices
+    def _device_loop(self, device: str) -> None:
+        while (task := self.ready.get()) is not _STOP:
+            record = evaluate_guarded(self.ctx, self.refs, task, device)
+            self.finish(task, record)
+            if self._abandoned:
+                kill_running(self.prefix)
 
     def close(self, abandon: bool = False) -> None:
         """Wait for the threads; `abandon` (Ctrl-C, consumer gone): drop queued work and
@@ -158,11 +166,7 @@ class EvalPool:
         self.builds.shutdown(wait=not abandon, cancel_futures=True)
         if abandon:
             self._abandoned = True
-            while True:
-                try:
-                    self.ready.get_nowait()
-                except queue.Empty:
-                    break
+            self.drop_queued()
             kill_running(self.prefix)
             self.builds.shutdown(wait=True)
         for _ in self.devices:

@@ -1,0 +1,237 @@
+"""`--executor ray`: builds and device lanes on a Ray cluster, driven from this process.
+
+    submit() ──► build threads ──► build_on_node (Ray task, 1 CPU, any node; writes the
+                                   │               shared build cache)
+                                   ▼
+                              ready queue ──► one driver thread per lane ──► Lane actor
+                                              (num_gpus=1, or a node's CPU for cpp):
+                                              lane.py, as locally: fresh candidate child,
+                                              then its own trusted reference server
+    results() ◄── done queue ◄── the record, back from the actor
+
+The driver (this process) keeps the run's secret, hands each lane only the derived seed of
+the problem it judges (ray_lane.ProblemFacts), and alone writes results.json (api.py's
+RunWriter, as locally).
+
+The build cache is shared through a path (--cache-dir) that every node sees at the same
+place, not shipped as bytes: a run child's load_inline re-runs ninja on the build folder,
+whose files name absolute paths and are judged by their times, the precompiled header is
+hundreds of MB and shared by every C++ build, and a path keeps one build per source
+cluster-wide and across runs. A node that does not see the driver's marker file in the
+cache refuses to work (ray_lane.shared_cache_error).
+
+Faults: a lane that dies mid-sample (ray.kill, its node gone) has its sample queued again
+for any lane, with a note on the record (`requeued`); a new lane takes the dead one's place.
+A sample whose lane dies twice is `eval_error` (a candidate that kills its lane, say, ends
+there, not in a loop). When no lane is left, the run stops with one line; `--resume`
+continues it, as after the driver itself dies.
+"""
+
+from __future__ import annotations
+
+import secrets
+import shutil
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from kb_eval.errors import UserError
+from kb_eval.ray_cluster import NAMESPACE, connect
+from kb_eval.eval.schedule.build import BuildOutcome, cache_key
+from kb_eval.eval.schedule.context import EvalContext
+from kb_eval.eval.schedule.pool import _STOP, RecordStream
+from kb_eval.eval.schedule.ray_lane import Lane, ProblemFacts, build_on_node
+from kb_eval.eval.schedule.retry import unjudged
+from kb_eval.eval.schedule.sample import SampleTask, finish
+
+LANE_START_S = 300.0  # a lane imports torch and starts its reference server
+LANE_LOSSES = 2  # a sample whose lane died this many times is eval_error
+
+
+# ------------------------------------------------------------------ the pool
+class RayPool(RecordStream):
+    def __init__(self, ctx: EvalContext):
+        super().__init__(ctx)
+        import ray
+
+        self.ray = ray
+        self.owns_ray = connect(ctx.config.ray_address)
+        self.token = secrets.token_hex(4)
+        self.spec = self._spec()
+        cpus = int(ray.cluster_resources().get("CPU", 1))
+        self.builds = ThreadPoolExecutor(max(ctx.config.jobs, cpus),
+                                         thread_name_prefix="kb-ray-build")
+        self.build_task = ray.remote(build_on_node).options(num_cpus=1)
+        self.lane_actor = ray.remote(Lane)
+        self.placements = self._placements()
+        self.lanes: dict[int, tuple] = {}  # slot -> (actor handle, its ready() answer)
+        self.losses: dict[int, list[str]] = {}  # id(task) -> notes of lanes lost with it
+        self._key_locks: dict[str, threading.Lock] = {}
+        self._alive = len(self.placements)
+        self.threads = [threading.Thread(target=self._lane_loop, args=(slot,), daemon=True,
+                                         name=f"kb-ray-lane-{slot}")
+                        for slot in range(len(self.placements))]
+        for t in self.threads:
+            t.start()
+
+    def _spec(self) -> dict:
+        """What every build task and lane gets of the context (no secret), and the
+        marker file that tells them they see the driver's cache."""
+        ctx = self.ctx
+        marker = ctx.config.cache_dir / "ray-shared" / self.token
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text("kb_eval: a node that sees this file sees the driver's cache\n")
+        return {"config": ctx.config, "hardware": ctx.hardware, "backend": ctx.backend,
+                "device_kind": ctx.device_kind, "arch_list": ctx.arch_list,
+                "fingerprint": ctx.fingerprint, "compiler_env": ctx.compiler_env,
+                "build_env": ctx.build_env(), "invocation_dir": str(ctx.invocation_dir),
+                "marker": str(marker)}
+
+    def _placements(self) -> list[dict]:
+        """Actor options per lane: each GPU of the cluster, or each live node's CPU."""
+        if self.ctx.device_kind == "cuda":
+            gpus = int(self.ray.cluster_resources().get("GPU", 0))
+            if gpus < 1:
+                raise UserError(f"the Ray cluster has no GPU for backend {self.ctx.backend} "
+                                f"(--backend cpp runs on CPUs)")
+            return [{"num_gpus": 1}] * gpus
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        return [{"scheduling_strategy": NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)}
+                for n in self.ray.nodes() if n["Alive"]]
+
+    # ---------------------------------------------------------------- builds
+    def build_one(self, task: SampleTask) -> BuildOutcome:
+        # One build of a source at a time, cluster-wide: the second finds it cached.
+        key = cache_key(task.source, self.ctx.fingerprint)
+        with self._lock:
+            lock = self._key_locks.setdefault(key, threading.Lock())
+        with lock:
+            ref = self.build_task.remote(self.spec, task.source, str(task.workdir / "build"))
+            return self.ray.get(ref)
+
+    # ---------------------------------------------------------------- lanes
+    def _lane_loop(self, slot: int) -> None:
+        """A lane's driver thread: start its actor, feed it samples one at a time, and
+        start a new one when it dies; ends when closing or when no actor can start."""
+        lane = None
+        try:
+            while not self._closed:
+                lane = lane or self._start_lane(slot)
+                if lane is None:
+                    return
+                task = self.ready.get()
+                if task is _STOP:
+                    return
+                if not self._run_on(lane, task):
+                    lane = None
+        finally:
+            self._lane_ended()
+
+    def _start_lane(self, slot: int):
+        ray = self.ray
+        options = dict(self.placements[slot], num_cpus=0, max_restarts=0, max_concurrency=2,
+                       name=f"kb-eval-lane-{self.token}-{slot}-{secrets.token_hex(2)}",
+                       namespace=NAMESPACE)
+        handle = self.lane_actor.options(**options).remote(self.spec)
+        ref, deadline = handle.ready.remote(), time.monotonic() + LANE_START_S
+        while not ray.wait([ref], timeout=1.0)[0]:
+            if self._closed or time.monotonic() > deadline:
+                ray.kill(handle)
+                print(f"kb_eval: lane {slot} did not start on the Ray cluster", file=sys.stderr)
+                return None
+        try:
+            info = ray.get(ref)
+        except ray.exceptions.RayError as e:
+            print(f"kb_eval: lane {slot} could not start: {str(e).splitlines()[0][:200]}",
+                  file=sys.stderr)
+            return None
+        if info["error"]:
+            self.failure.append(UserError(info["error"]))
+            ray.kill(handle)
+            return None
+        self.lanes[slot] = (handle, info)
+        return handle, info
+
+    def _run_on(self, lane: tuple, task: SampleTask) -> bool:
+        """Evaluate one sample on a lane; False when the lane died (the sample is queued
+        again, or given up after LANE_LOSSES)."""
+        handle, info = lane
+        ctx, problem, now = self.ctx, task.problem, time.monotonic()
+        facts = ProblemFacts(seed=ctx.problem_seed(problem), baseline=ctx.baseline_for(problem),
+                             peak=ctx.baseline_peak(problem),
+                             baseline_file=str(ctx.baseline_file) if ctx.baseline_file else None)
+        ref = handle.evaluate.remote(task, facts, now - task.started, now - task.laps.mark)
+        try:
+            record = self.ray.get(ref)
+        except self.ray.exceptions.RayActorError as e:
+            self._lane_lost(task, info, e)
+            self.ray.kill(handle)
+            return False
+        record.wall_s = round(time.monotonic() - task.started, 3)  # the driver's clock
+        record.lane = f"{info['node']}/{info['device']}"
+        if id(task) in self.losses:
+            record.requeued = self.losses.pop(id(task))
+        self.finish(task, record)
+        return True
+
+    def _lane_lost(self, task: SampleTask, info: dict, error: Exception) -> None:
+        notes = self.losses.setdefault(id(task), [])
+        notes.append(f"lane {info['device']} on {info['node']} died mid-sample "
+                     f"({type(error).__name__})")
+        again = len(notes) < LANE_LOSSES
+        print(f"kb_eval: {notes[-1]}: {task.problem.key} sample {task.sample} "
+              f"{'queued again' if again else 'given up (eval_error)'}", file=sys.stderr)
+        if again and not self._abandoned:
+            task.laps.restart()
+            self.ready.put(task)
+            return
+        record = unjudged(self.ctx, task, "eval_error",
+                          f"its device lane died {len(notes)} times while judging it", None)
+        record.requeued = self.losses.pop(id(task))
+        self.finish(task, finish(record, task))
+
+    def _lane_ended(self) -> None:
+        with self._lock:
+            self._alive -= 1
+            last = self._alive == 0
+        if last and not self._closed and not self.failure:
+            self.failure.append(UserError(
+                "no device lane is left on the Ray cluster (see the lines above); fix the "
+                "cluster and continue with --resume"))
+
+    # ---------------------------------------------------------------- closing
+    def close(self, abandon: bool = False) -> None:
+        """Wait for the lanes (`abandon`: kill what runs, drop what waits), then end the
+        actors and, if this run started Ray, Ray."""
+        if self._closed:
+            return
+        self._closed = True
+        self.builds.shutdown(wait=not abandon, cancel_futures=True)
+        handles = [h for h, _ in self.lanes.values()]
+        if abandon:
+            self._abandoned = True
+            self.drop_queued()
+            for h in handles:
+                h.abort.remote()
+        for _ in self.threads:
+            self.ready.put(_STOP)
+        for t in self.threads:
+            t.join(timeout=60 if abandon else None)
+        self._end_actors([h for h, _ in self.lanes.values()])
+        Path(self.spec["marker"]).unlink(missing_ok=True)
+        if not self.ctx.config.keep_workdirs:
+            shutil.rmtree(self.ctx.invocation_dir, ignore_errors=True)
+        if self.owns_ray:
+            self.ray.shutdown()
+
+    def _end_actors(self, handles: list) -> None:
+        ray = self.ray
+        try:
+            ray.get([h.close.remote() for h in handles], timeout=60)
+        except ray.exceptions.RayError:
+            pass  # a lane that died already has nothing to close
+        for h in handles:
+            ray.kill(h)

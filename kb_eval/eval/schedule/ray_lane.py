@@ -1,0 +1,223 @@
+"""What `--executor ray` runs in Ray's worker processes (trusted: our code only; candidate
+code still runs only in fresh children, as locally):
+
+- `build_on_node`, a Ray task: one source built by the same Builder as the local pool,
+  into the build cache under --cache-dir, which every node must see at the same path;
+- `Lane`, a Ray actor: one device lane (a GPU, or a node's CPU with the cpp backend) with
+  its own reference server, judging each sample with lane.py, the local lanes' code.
+
+The driver keeps the run's secret. A lane gets, with each sample, only that problem's
+derived seed (the one its candidate child gets anyway) and the baseline figures the
+verdict needs (`ProblemFacts`), so `LaneContext` answers from those instead.
+
+A lane killed with SIGKILL (ray.kill, a node's OOM killer) leaves its children with no
+watcher: no timeout, no memory limit. Every child a lane starts carries its tag (LANE_VAR:
+pid and start time), and each lane starting on a node first kills the process groups of
+tags whose lane is gone (`sweep_dead_lanes`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kb_eval.eval.judge.references import ReferenceStore
+from kb_eval.eval.schedule.build import BuildOutcome, Builder, toolchain_fingerprint
+from kb_eval.eval.schedule.context import EvalContext
+from kb_eval.eval.schedule.lane import clean_up, evaluate_guarded
+from kb_eval.eval.schedule.reaper import sweep_escapees
+from kb_eval.eval.schedule.sample import SHM, SampleTask
+from kb_eval.isolation.procs import LIVE, killpg
+from kb_eval.results import HardwareInfo, SampleRecord
+from kb_eval.timing import TimingStats
+
+LANE_VAR = "KB_EVAL_LANE"
+# Ray's variables that would hand a candidate child the cluster (address, credentials):
+# dropped from a lane's environment, which its children inherit.
+RAY_SECRETS = ("RAY_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
+
+
+@dataclass
+class ProblemFacts:
+    """What a lane needs of the driver's context for one problem."""
+    seed: int  # derived from the secret for this problem (the candidate child's seed too)
+    baseline: TimingStats | None
+    peak: int | None  # the baseline's peak memory, for the memory plan
+    baseline_file: str | None
+
+
+@dataclass
+class LaneContext(EvalContext):
+    """The driver's EvalContext as a lane sees it: no secret (None: nothing here derives
+    seeds), per-problem facts from the driver, and children tagged with the lane."""
+    facts: dict[str, ProblemFacts] = field(default_factory=dict)
+    lane_tag: str = ""
+
+    def problem_seed(self, problem) -> int:
+        return self.facts[problem.key].seed
+
+    def baseline_for(self, problem) -> TimingStats | None:
+        return self.facts[problem.key].baseline
+
+    def baseline_peak(self, problem) -> int | None:
+        return self.facts[problem.key].peak
+
+    def device_env(self, device: str) -> dict[str, str]:
+        return {**super().device_env(device), LANE_VAR: self.lane_tag}
+
+
+def shared_cache_error(spec: dict) -> str | None:
+    """Why this node cannot use the driver's build cache (None: it sees it). The driver
+    wrote `spec["marker"]` under --cache-dir before starting anything."""
+    if Path(spec["marker"]).is_file():
+        return None
+    import ray
+
+    return (f"--cache-dir {spec['config'].cache_dir} is not shared with node "
+            f"{ray.util.get_node_ip_address()}: builds and lanes must see one cache, give a "
+            f"path every node mounts (see README, 'On a Ray cluster')")
+
+
+def build_on_node(spec: dict, source: str, workdir: str) -> BuildOutcome:
+    """A Ray task: build one source into the shared cache (the local pool's Builder)."""
+    why = shared_cache_error(spec)
+    if why:
+        raise RuntimeError(why)
+    cfg = spec["config"]
+    builder = Builder(root=cfg.cache_dir / "builds", fingerprint=spec["fingerprint"],
+                      env=spec["build_env"], timeout_s=cfg.build_timeout_s,
+                      mem_limit_mb=cfg.mem_limit_mb)
+    try:
+        return builder.build(source, Path(workdir))
+    finally:
+        if not cfg.keep_workdirs:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+# ------------------------------------------------------------------ orphans
+def _start_time(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def own_tag() -> str:
+    return f"{os.getpid()}.{_start_time(os.getpid())}"
+
+
+def _owner(pid: str) -> str | None:
+    """The lane tag in a process's environment, if any."""
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return None
+    prefix = f"{LANE_VAR}=".encode()
+    for var in environ.split(b"\0"):
+        if var.startswith(prefix):
+            return var[len(prefix):].decode(errors="replace")
+    return None
+
+
+def sweep_dead_lanes() -> int:
+    """Kill the process groups of children whose lane is gone (returns how many)."""
+    killed = 0
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        tag = _owner(entry)
+        if not tag:
+            continue
+        pid, _, started = tag.partition(".")
+        if pid.isdigit() and _start_time(int(pid)) == started:
+            continue  # its lane lives
+        try:
+            killpg(os.getpgid(int(entry)))
+            killed += 1
+        except ProcessLookupError:
+            pass
+    return killed
+
+
+# ------------------------------------------------------------------ the lane
+def lane_device(device_kind: str) -> str:
+    """The lane's device as children's CUDA_VISIBLE_DEVICES names it: the GPU Ray gave
+    this actor (num_gpus=1), or "cpu"."""
+    if device_kind != "cuda":
+        return "cpu"
+    import ray
+
+    return str(ray.get_gpu_ids()[0])
+
+
+def node_mismatch(spec: dict, ctx: EvalContext) -> str | None:
+    """Why this node must not judge for the driver (None: it may): results are compared
+    with the driver's baseline and cache keys, so its toolchain and GPU must be the same."""
+    import ray
+
+    node = ray.util.get_node_ip_address()
+    fingerprint = toolchain_fingerprint(ctx.arch_list, front=ctx.compiler_env.get("CXX", ""))
+    if fingerprint != spec["fingerprint"]:
+        return (f"node {node}'s toolchain differs from the driver's ({fingerprint} vs "
+                f"{spec['fingerprint']}): give every node the same image")
+    if ctx.device_kind == "cuda":
+        here = HardwareInfo.detect("cuda")
+        if here.slug != ctx.hardware.slug:
+            return (f"node {node} has a {here.name}, the driver a {ctx.hardware.name}: one "
+                    f"run judges on one kind of GPU (its baseline's)")
+    return None
+
+
+class Lane:
+    """A Ray actor: one device lane. The driver calls `ready` once, then `evaluate` per
+    sample (one at a time), `abort` to kill what runs (Ctrl-C), `close` at the end."""
+
+    def __init__(self, spec: dict):
+        import ray
+
+        for name in RAY_SECRETS:
+            os.environ.pop(name, None)
+        sweep_dead_lanes()
+        self.device = lane_device(spec["device_kind"])
+        self.node = ray.util.get_node_ip_address()
+        self.ctx = LaneContext(
+            config=spec["config"], hardware=spec["hardware"], backend=spec["backend"],
+            device_kind=spec["device_kind"], devices=[self.device],
+            arch_list=spec["arch_list"], fingerprint=spec["fingerprint"],
+            invocation_dir=Path(spec["invocation_dir"]), compiler_env=spec["compiler_env"],
+            secret=None, lane_tag=own_tag())
+        self.error = shared_cache_error(spec) or node_mismatch(spec, self.ctx)
+        self.refs = None if self.error else ReferenceStore(self.ctx)
+
+    def ready(self) -> dict:
+        return {"node": self.node, "device": self.device, "error": self.error}
+
+    def evaluate(self, task: SampleTask, facts: ProblemFacts, since_start: float,
+                 since_mark: float) -> SampleRecord:
+        """Judge one built sample. The task's clocks come from the driver's machine:
+        rebased on this one's by how long ago they were set."""
+        now = time.monotonic()
+        task.started, task.laps.mark = now - since_start, now - since_mark
+        self.ctx.facts[task.problem.key] = facts
+        self.ctx.baseline_file = Path(facts.baseline_file) if facts.baseline_file else None
+        record = evaluate_guarded(self.ctx, self.refs, task, self.device)
+        clean_up(self.ctx, task)
+        return record
+
+    def abort(self) -> int:
+        """Kill every child of this lane (the sample in flight then ends at once)."""
+        with LIVE.lock:
+            children = list(LIVE.children)
+        for child in children:
+            killpg(child.proc.pid)
+        return len(children)
+
+    def close(self) -> None:
+        if self.refs is not None:
+            self.refs.close()
+        self.abort()  # the spare children: nobody is left to give them a task
+        sweep_escapees(min_age_s=0.0)
+        shutil.rmtree(SHM / f"kb_eval_{os.getpid()}", ignore_errors=True)
+        if not self.ctx.config.keep_workdirs:  # this node's copy of the run's scratch
+            shutil.rmtree(self.ctx.invocation_dir, ignore_errors=True)

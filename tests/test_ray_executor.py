@@ -1,0 +1,209 @@
+"""`--executor ray` on a local Ray cluster this module starts (CPU, cpp backend): the same
+verdicts as the local executor on a small KernelBench-layout folder the test writes, a
+lane actor killed mid-sample (its sample evaluated again, every other record intact,
+nothing twice), and a wrong address or a missing Ray as one line, exit 2."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from candidates import eval_kit as kit
+
+ray = pytest.importorskip("ray")
+
+from kb_eval.eval import EvalConfig, evaluate  # noqa: E402
+from kb_eval.eval.schedule.ray_lane import sweep_dead_lanes  # noqa: E402
+from kb_eval.problems import load_problems, reference_copy  # noqa: E402
+from kb_eval.timing import TimingSettings  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+KERNELBENCH = Path(__file__).resolve().parents[2] / "shared" / "kernelbench" / "level1"
+WRONG = """import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):  # relu(xW^T + b) + 1: wrong values
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.linear = nn.Linear(in_features, out_features)
+
+    def forward(self, x):
+        return torch.relu(self.linear(x)) + 1
+"""
+CRASH = """import os
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):  # dies in its first call
+    def forward(self, x):
+        os.abort()
+"""
+# The reference with a pause in its constructor, announced with its pid in a file: 60 s
+# the first time (the test kills the lane then, and only the sweep of dead lanes' children
+# can end it before the test ends), 1 s when evaluated again.
+SLOW = """
+
+import os as _os
+import time as _time
+
+
+class ModelNew(Model):
+    def __init__(self, *args):
+        super().__init__(*args)
+        first = not _os.path.exists({mark!r})
+        with open({mark!r}, "a") as f:
+            f.write(f"started {{_os.getpid()}}\\n")
+        _time.sleep(60 if first else 1)
+"""
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """One local Ray cluster for the module (starting one takes seconds)."""
+    # address="local": a new cluster even where another one runs on this machine
+    ray.init(address="local", num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1",
+             namespace="kb_eval_tests")
+    yield ray.get_runtime_context().gcs_address
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> Path:
+    """Three tiny problems in KernelBench layout and six candidates, one per verdict kind
+    (a C++ kernel, PyTorch, wrong values, a syntax error, a crash, the reference)."""
+    if not KERNELBENCH.is_dir():
+        pytest.skip(f"{KERNELBENCH} is not here")
+    root = tmp_path_factory.mktemp("ray")
+    problems, cands = root / "problems" / "level1", root / "candidates"
+    problems.mkdir(parents=True)
+    cands.mkdir()
+    for name in ("1_ScaleAdd.py", "2_LinearRelu.py"):
+        shutil.copy(kit.PROBLEMS / "level1" / name, problems / name)
+    relu = (KERNELBENCH / "19_ReLU.py").read_text()
+    relu = re.sub(r"^batch_size = .*$", "batch_size = 8", relu, flags=re.M)
+    (problems / "19_ReLU.py").write_text(re.sub(r"^dim = .*$", "dim = 256", relu, flags=re.M))
+    shutil.copy(kit.CPP / "level1_problem1_sample0.py", cands / "level1_problem1_sample0.py")
+    for s in (0, 1):  # correct PyTorch; a syntax error
+        shutil.copy(kit.CPP / f"level1_problem2_sample{s}.py", cands / f"level1_problem2_sample{s}.py")
+    (cands / "level1_problem2_sample2.py").write_text(WRONG)
+    relu_problem = load_problems(str(root / "problems"), 1, "19")[0]
+    (cands / "level1_problem19_sample0.py").write_text(reference_copy(relu_problem))
+    (cands / "level1_problem19_sample1.py").write_text(CRASH)
+    return root
+
+
+def eval_cli(folder: Path, results: Path, cache: Path, *extra: str):
+    return subprocess.run(
+        [sys.executable, "-m", "kb_eval.eval", "--candidates", str(folder / "candidates"),
+         "--source", str(folder / "problems"), "--backend", "cpp", "--live-baseline",
+         "--trials", "3", "--warmup", "1", "--correct-trials", "2", "--jobs", "2",
+         "--run-timeout", "60", "--name", "m", "--run", "r", "--results-dir", str(results),
+         "--cache-dir", str(cache), *extra],
+        capture_output=True, text=True, timeout=600, cwd=kit.REPO)
+
+
+def verdicts(results: Path) -> dict:
+    samples = json.loads((results / "m" / "r" / "results.json").read_text())["samples"]
+    assert len({(s["key"], s["sample"]) for s in samples}) == len(samples), "a sample twice"
+    return {(s["key"].rsplit("/", 1)[1], s["sample"]): s for s in samples}
+
+
+def test_same_verdicts_as_local(cluster, folder, tmp_path, build_cache_dir):
+    local = eval_cli(folder, tmp_path / "local", build_cache_dir)
+    assert local.returncode == 0, local.stdout[-2000:] + local.stderr[-3000:]
+    on_ray = eval_cli(folder, tmp_path / "ray", build_cache_dir, "--executor", "ray",
+                      "--ray-address", cluster)
+    assert on_ray.returncode == 0, on_ray.stdout[-2000:] + on_ray.stderr[-3000:]
+    a, b = verdicts(tmp_path / "local"), verdicts(tmp_path / "ray")
+    assert {k: r["status"] for k, r in a.items()} == {k: r["status"] for k, r in b.items()}
+    assert {k: r["status"] for k, r in b.items()} == {
+        ("1", 0): "correct", ("2", 0): "correct", ("2", 1): "compile_error",
+        ("2", 2): "incorrect", ("19", 0): "correct", ("19", 1): "crashed"}
+    for key in (("1", 0), ("2", 0), ("19", 0)):  # the same checks ran on either side
+        assert a[key]["correctness"]["passed"] == b[key]["correctness"]["passed"] > 0
+    assert b[("1", 0)]["build"]["status"] == "ok" and b[("1", 0)]["lane"].endswith("/cpu")
+    assert "lane" not in a[("1", 0)]
+    run = json.loads((tmp_path / "ray" / "m" / "r" / "results.json").read_text())
+    assert run["config"]["executor"] == "ray" and run["config"]["ray_address"] == cluster
+
+
+def _kill_lane_when(mark: Path, killed: list) -> None:
+    """Once the slow candidate announces itself, ray.kill the lane actor running it."""
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and not mark.exists():
+        time.sleep(0.1)
+    lanes = [a for a in ray.util.list_named_actors(all_namespaces=True)
+             if a["name"].startswith("kb-eval-lane-")]
+    for lane in lanes:
+        ray.kill(ray.get_actor(lane["name"], namespace=lane["namespace"]))
+        killed.append(lane["name"])
+
+
+def test_lane_killed_mid_sample_is_rerun(cluster, folder, tmp_path, build_cache_dir):
+    mark = tmp_path / "slow-started"
+    problems = {p.problem_id: p for p in load_problems(str(folder / "problems"), 1)}
+    slow = reference_copy(problems[2]).replace("ModelNew = Model", "") + SLOW.format(mark=str(mark))
+    pairs = [(problems[2], 7, slow), (problems[2], 0, (kit.CPP / "level1_problem2_sample0.py")
+                                      .read_text()), (problems[19], 0, reference_copy(problems[19]))]
+    config = EvalConfig(backend="cpp", live_baseline=True, timing=TimingSettings(warmup=1, trials=3),
+                        correct_trials=2, jobs=2, cache_dir=build_cache_dir,
+                        results_dir=tmp_path / "r", run_timeout_s=60, executor="ray")
+    killed: list = []
+    killer = threading.Thread(target=_kill_lane_when, args=(mark, killed), daemon=True)
+    killer.start()
+    records = list(evaluate(pairs, config))
+    killer.join(timeout=5)
+    assert len(killed) == 1, killed
+    by = {(r.problem_id, r.sample): r for r in records}
+    assert len(records) == len(by) == 3  # each sample once
+    assert {k: r.status for k, r in by.items()} == {(2, 7): "correct", (2, 0): "correct",
+                                                  (19, 0): "correct"}
+    assert len(by[(2, 7)].requeued) == 1 and "died mid-sample" in by[(2, 7)].requeued[0]
+    pids = [int(line.split()[1]) for line in mark.read_text().splitlines()]
+    assert len(pids) == 2  # evaluated again, on the new lane
+    assert not hasattr(by[(2, 0)], "requeued") and not hasattr(by[(19, 0)], "requeued")
+    # The dead lane's children (the candidate asleep for 60 s, the reference server) were
+    # killed by the lane that replaced it: none is left for this sweep.
+    assert not alive(pids[0])
+    assert sweep_dead_lanes() == 0
+
+
+def _one_line_exit_2(proc) -> str:
+    assert proc.returncode == 2, proc.stdout[-1000:] + proc.stderr[-2000:]
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    return lines[0]
+
+
+def test_bad_address_or_no_ray_is_one_line(folder, tmp_path):
+    bad = eval_cli(folder, tmp_path / "r", tmp_path / "cache", "--executor", "ray",
+                   "--ray-address", "127.0.0.1:9")
+    assert "--ray-address 127.0.0.1:9: no Ray head answers there" in _one_line_exit_2(bad)
+    fake = tmp_path / "fake" / "ray"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('no ray here')\n")
+    env = {**os.environ, "PYTHONPATH": f"{fake.parent}{os.pathsep}{kit.REPO}"}
+    missing = subprocess.run(
+        [sys.executable, "-m", "kb_eval.eval", "--candidates", str(folder / "candidates"),
+         "--source", str(folder / "problems"), "--backend", "cpp", "--executor", "ray",
+         "--results-dir", str(tmp_path / "r"), "--cache-dir", str(tmp_path / "cache")],
+        capture_output=True, text=True, timeout=300, cwd=kit.REPO, env=env)
+    assert "--executor ray needs Ray: pip install" in _one_line_exit_2(missing)
