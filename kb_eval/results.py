@@ -203,6 +203,16 @@ class CorrectnessInfo(BaseModel):
     atol: float | None = None
     rtol: float | None = None
     failures: list[str] = Field(default_factory=list)
+    # Which rule decided (f64: against the reference run in float64; kernelbench: allclose
+    # at atol/rtol), each rule's verdict (f64 None: not computed), why f64 did not decide
+    # when it was asked, and where atol/rtol came from (default | problem | flag).
+    rule: str = "kernelbench"
+    verdicts: dict[str, bool | None] = Field(default_factory=dict)
+    fallback: str | None = None
+    f64_ratio: float | None = None  # worst error / its float64 bound (<= 1 passes)
+    f64_norm_ratio: float | None = None
+    f64_bound: dict[str, float] | None = None  # k, k_norm
+    tolerance_source: str | None = None
 
 
 class SampleRecord(BaseModel):
@@ -232,6 +242,9 @@ class SampleRecord(BaseModel):
     baseline: TimingStats | None = None
     baseline_source: str | None = None  # file | live
     speedup: float | None = None  # baseline median / candidate median, correct samples only
+    # 95 % interval of the speedup (kb_eval/eval/judge/confidence.py) and how it was had
+    speedup_ci: list[float] | None = None
+    speedup_ci_method: str | None = None
     flags: list[Flag] = Field(default_factory=list)
     wall_s: float = 0.0
     # Seconds per step (build, wait for a device, run, reference, read, judge): where an
@@ -260,6 +273,8 @@ class RunSummary(BaseModel):
     compiled_rate: float = 0.0
     correct_rate: float = 0.0
     fast_p: dict[str, float] = Field(default_factory=dict)  # fast_0 .. fast_2
+    # The same, counting a sample only when its speedup interval's lower end is above p
+    fast_p_sig: dict[str, float] = Field(default_factory=dict)
     geomean_speedup: float | None = None  # over correct samples
     pass_at_k: dict[str, float] = Field(default_factory=dict)  # "pass@1", ...
     status_counts: dict[str, int] = Field(default_factory=dict)

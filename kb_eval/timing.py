@@ -52,6 +52,10 @@ class TimingStats(BaseModel):
     p75: float
     n: int
     unit: str = "ms"
+    # Medians of consecutive blocks of calls, in call order (at most MAX_ROUNDS): what a
+    # speedup's confidence interval resamples (kb_eval/eval/judge/confidence.py). Drift
+    # within the run shows up as spread between rounds. None in files from before.
+    rounds: list[float] | None = None
 
     @classmethod
     def of(cls, samples_ms: Sequence[float]) -> "TimingStats":
@@ -59,7 +63,20 @@ class TimingStats(BaseModel):
         q = statistics.quantiles(xs, n=4, method="inclusive") if len(xs) > 1 else [xs[0]] * 3
         return cls(mean=statistics.fmean(xs), median=statistics.median(xs),
                    std=statistics.stdev(xs) if len(xs) > 1 else 0.0, min=xs[0], max=xs[-1],
-                   p25=q[0], p75=q[2], n=len(xs))
+                   p25=q[0], p75=q[2], n=len(xs), rounds=round_medians(samples_ms))
+
+
+MAX_ROUNDS = 20
+
+
+def round_medians(samples_ms: Sequence[float], max_rounds: int = MAX_ROUNDS) -> list[float]:
+    """Medians of `max_rounds` consecutive blocks of equal size (the calls beyond a
+    multiple of the block size join the last block); one call per round when fewer."""
+    xs = list(samples_ms)
+    size = max(1, len(xs) // max_rounds)
+    starts = list(range(0, len(xs), size))[:max_rounds]
+    return [statistics.median(xs[s:(starts[k + 1] if k + 1 < len(starts) else len(xs))])
+            for k, s in enumerate(starts)]
 
 
 def time_callable(fn: Callable[..., Any], settings: TimingSettings | None = None,

@@ -31,6 +31,10 @@ class EvalConfig(BaseModel):
                                "checked (picked at random after each call)")
     atol: float | None = Field(None, ge=0, description="default: per precision")
     rtol: float | None = Field(None, ge=0, description="default: per precision")
+    tolerance: Literal["f64", "kernelbench"] = Field(
+        "f64", description="which rule decides correctness: f64 (error against the reference "
+        "run in float64 within K times the reference's own, kb_eval/eval/judge/truth.py) or "
+        "kernelbench (allclose at atol/rtol); records carry both verdicts")
     live_baseline: bool = Field(False, description="time the reference in this run instead "
                                 "of reading results/baseline/<hw>/<source>/<precision>.json")
     baseline_mode: str = Field("eager", pattern=r"^(eager|compile-[a-z-]+)$",

@@ -73,6 +73,8 @@ def score_cells(s: RunSummary, asked: int) -> dict:
     cells = {"problems": asked, "compiled": pct(s.compiled_rate),
              "correct": pct(s.correct_rate)}
     cells.update({name: pct(s.fast_p.get(name)) for name in FAST_COLS})
+    # fast_1 counting only speedups whose 95 % interval lies above 1 (judge/confidence.py)
+    cells["fast_1_sig"] = pct(s.fast_p_sig.get("fast_1")) if s.fast_p_sig else MISSING
     cells["geomean"] = times(s.geomean_speedup)
     cells.update({name: pct(s.pass_at_k.get(name)) for name in PASS_COLS})
     return cells

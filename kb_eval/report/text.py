@@ -68,6 +68,9 @@ def summary_table(run: RunFile) -> str:
             ("compiled rate", _pct(s.compiled_rate)), ("correct rate", _pct(s.correct_rate))]
     rows += [(name, _pct(v)) for name, v in s.fast_p.items() if name in ("fast_1", "fast_2")]
     rows += [(name, _pct(v)) for name, v in s.fast_p.items() if name not in ("fast_1", "fast_2")]
+    # the same, counting only speedups whose 95 % interval lies above p
+    rows += [(f"{name}_sig", _pct(v)) for name, v in s.fast_p_sig.items()
+             if name in ("fast_1", "fast_2")]
     geo = f"{s.geomean_speedup:.3f}x" if s.geomean_speedup else "-"
     rows.append(("geomean speedup (correct)", geo))
     rows += [(name, _pct(v)) for name, v in s.pass_at_k.items()]
@@ -86,12 +89,20 @@ def summary_table(run: RunFile) -> str:
     return text_table([{"metric": m, "value": str(v)} for m, v in rows])
 
 
+def _speedup(r) -> str:
+    """1.23x [1.10-1.35]: the speedup and its 95 % interval, when there is one."""
+    if not r.speedup:
+        return "-"
+    ci = getattr(r, "speedup_ci", None)
+    return f"{r.speedup:.2f}x" + (f" [{ci[0]:.2f}-{ci[1]:.2f}]" if ci else "")
+
+
 def samples_table(run: RunFile, max_rows: int = 40) -> str:
     """One row per recorded sample turn, by level, problem, sample, turn, with the first
     line of its error (the rest is in results.json); past max_rows, a count."""
     ordered = sorted(run.samples, key=lambda r: (r.level, r.problem_id, r.sample, r.turn))
     rows = [{"problem": r.key, "sample": r.sample, "turn": r.turn, "status": r.status,
-             "speedup": f"{r.speedup:.2f}x" if r.speedup else "-",
+             "speedup": _speedup(r),
              "error": (r.error or "").strip().partition("\n")[0][:70]}
             for r in ordered[:max_rows]]
     more = len(ordered) - max_rows

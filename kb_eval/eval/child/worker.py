@@ -37,6 +37,7 @@ import torch.utils.cpp_extension  # noqa: F401
 from kb_eval.eval.wire import outputs
 from kb_eval.eval.child.observe import OutputTypeError, aliased_inputs, observe, output_tensors
 from kb_eval.eval.child.integrity import Snapshot
+from kb_eval.eval.child.threads import Ledger, warm_pool
 from kb_eval.eval.wire.labels import PROBE_LABEL, label_name
 from kb_eval.eval.child.probes import (changed_inputs, changed_since, fingerprints, fresh_seed,
                                        into_buffers, probe_inputs, recheck_count, settled,
@@ -102,7 +103,9 @@ class Laps:
 class Watch:
     """The tripwires and what they caught (reported to the parent, which flags it)."""
 
-    def __init__(self):
+    def __init__(self, device: torch.device):
+        warm_pool()  # PyTorch's own threads exist before the candidate's can
+        self.ledger = Ledger(device)  # CPU its threads spend outside timed calls
         self.snapshot = Snapshot()
         self.threads = thread_names()
         self.tampered: list[dict] = []
@@ -135,7 +138,7 @@ def run_candidate(payload: dict, workdir: Path) -> dict:
     # call and must match. Keeping the inputs themselves would hold n_trials copies on the
     # device (80 GiB for a 16 GiB KernelBench input) while the candidate runs.
     trial_prints = [_prints_of(module, seed, i, precision, device) for i in range(n_trials)]
-    watch = Watch()  # last thing before candidate code: everything of ours is loaded
+    watch = Watch(device)  # last thing before candidate code: everything of ours is loaded
 
     set_phase(workdir, "load")
     steps.lap("setup")
@@ -245,9 +248,16 @@ def _time_candidate(model, module, payload: dict, workdir: Path, device: torch.d
         s = fresh_seed()
         fresh = make_inputs(module.get_inputs, s, device, dtype)
         current.update(seed=s, inputs=into_buffers(current.get("inputs"), fresh))
+        ledger.call_starts()
         return current["inputs"]
 
+    def timed(*args):
+        out = model(*args)
+        ledger.drain()  # the call is not over while the candidate's threads still work
+        return out
+
     def on_output(i: int, out) -> None:
+        ledger.call_ended()
         tensors = output_tensors(out)
         if aliased_inputs(tensors, current["inputs"]):
             watch.timed_aliased.append(i)
@@ -258,9 +268,10 @@ def _time_candidate(model, module, payload: dict, workdir: Path, device: torch.d
             wanted[0] -= 1
             _recheck(tensors, module, current, i, device, dtype, workdir, seen)
 
+    ledger = watch.ledger
     with torch.no_grad():
-        stats = time_callable(model, settings, device, args_for_trial, on_output)
-    return {"timing": stats.model_dump()}
+        stats = time_callable(timed, settings, device, args_for_trial, on_output)
+    return {"timing": stats.model_dump(), "threads_work": ledger.report()}
 
 
 def _recheck(tensors, module, current: dict, i: int, device, dtype, workdir: Path,

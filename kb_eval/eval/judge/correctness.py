@@ -3,11 +3,16 @@
 The candidate child wrote `<label>.out` (kb_eval/eval/wire/outputs.py: raw tensors behind a
 checked header, no pickle) per checked call; the reference side computes the same call,
 reads the candidate's file (no larger than a few times the reference's outputs) and
-compares on the device. A trial passes when every output has the reference's shape and dtype,
-NaN and ±Inf sit where the reference's do, and the finite values satisfy
-|out - ref| <= atol + rtol * |ref|. Differences are computed in chunks (large outputs do
-not triple the memory) and in float64. The parent gets one summary per label
-(`Diff.as_dict`) and adds them up (`info_from_diffs`).
+compares on the device. Two verdicts per label:
+- KernelBench's (`ok`): every output has the reference's shape and dtype, NaN and ±Inf
+  sit where the reference's do, and the finite values satisfy
+  |out - ref| <= atol + rtol * |ref|;
+- float64 truth's (`f64`, when the server computed the reference in float64 too): the
+  error against the truth within K times the reference's own (kb_eval/eval/judge/truth.py).
+Differences are computed in chunks (large outputs do not triple the memory) and in
+float64. The parent gets one summary per label (`Diff.as_dict`) and adds them up
+(`info_from_diffs`); the rule asked for (`--tolerance`, or the problem's `KB_TOLERANCE`)
+decides, the other is recorded beside it.
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ from pathlib import Path
 
 import torch
 
+from kb_eval.eval.judge.truth import (K, K_NORM, compare_outputs_truth, special_messages,
+                                     special_mismatches)
 from kb_eval.eval.wire import outputs
 from kb_eval.inputs import TOLERANCES
 from kb_eval.results import CorrectnessInfo
@@ -30,16 +37,67 @@ def tolerances(precision: str, atol: float | None = None,
     return (d_atol if atol is None else atol), (d_rtol if rtol is None else rtol)
 
 
+RULES = ("f64", "kernelbench")
+
+
+def resolve_tolerance(precision: str, atol: float | None, rtol: float | None, rule: str,
+                      own: object = None) -> dict:
+    """The tolerance a problem is judged with: the flags' atol/rtol when given, else the
+    problem file's `KB_TOLERANCE` (a dict with any of atol, rtol and rule), else the
+    precision's defaults; the rule is the problem's when it names one, else the run's.
+    A malformed KB_TOLERANCE is the problem's error (ValueError)."""
+    own = {} if own is None else own
+    if not isinstance(own, dict) or set(own) - {"atol", "rtol", "rule"}:
+        raise ValueError(f"KB_TOLERANCE must be a dict with keys atol, rtol, rule; got {own!r}")
+    for key in ("atol", "rtol"):
+        v = own.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0):
+            raise ValueError(f"KB_TOLERANCE[{key!r}] must be a number >= 0, got {v!r}")
+    if own.get("rule", rule) not in RULES:
+        raise ValueError(f"KB_TOLERANCE['rule'] must be one of {RULES}, got {own['rule']!r}")
+    d_atol, d_rtol = TOLERANCES[precision]
+    source = "flag" if atol is not None or rtol is not None else (
+        "problem" if own else "default")
+    if atol is None and rtol is None:
+        atol, rtol = own.get("atol"), own.get("rtol")
+    return {"atol": float(d_atol if atol is None else atol),
+            "rtol": float(d_rtol if rtol is None else rtol),
+            "rule": own.get("rule", rule), "source": source}
+
+
 def judge_file(path: Path, refs: list[torch.Tensor], atol: float, rtol: float,
-               staging: outputs.Staging | None = None) -> dict:
+               staging: outputs.Staging | None = None,
+               truths: list[torch.Tensor] | None = None) -> dict:
     """Compare the candidate's file for one call with the reference's outputs of it
-    (read through `staging`, a pinned buffer, when the reference is on a GPU)."""
+    (read through `staging`, a pinned buffer, when the reference is on a GPU), and with
+    their float64 truth when given (`f64` in the result)."""
     ref_bytes = sum(t.numel() * t.element_size() for t in refs)
     try:
         outs = outputs.read(path, 4 * ref_bytes + (1 << 20), staging)
-        return compare_outputs(outs, refs, atol, rtol).as_dict()
     except outputs.OutputsUnreadable as e:
-        return Diff(False, str(e)).as_dict()
+        d = Diff(False, str(e)).as_dict()
+        return {**d, "f64": {"ok": False, "error": d["error"]}} if truths is not None else d
+    d = compare_outputs(outs, refs, atol, rtol).as_dict()
+    if truths is None:
+        return d
+    shape_error = _structure_error(outs, refs)
+    if shape_error:
+        d["f64"] = {"ok": False, "error": shape_error}
+    else:
+        d["f64"] = compare_outputs_truth(
+            outs, refs, truths, lambda i: compare_tensor(outs[i], refs[i], atol, rtol).ok)
+    return d
+
+
+def _structure_error(outs: list[torch.Tensor], refs: list[torch.Tensor]) -> str | None:
+    if len(outs) != len(refs):
+        return f"{len(outs)} output tensor(s), expected {len(refs)}"
+    for i, (o, r) in enumerate(zip(outs, refs)):
+        if o.shape != r.shape or o.dtype != r.dtype:
+            return (f"output {i}: " if len(refs) > 1 else "") + (
+                f"shape {tuple(o.shape)} != expected {tuple(r.shape)}" if o.shape != r.shape
+                else f"dtype {o.dtype} != expected {r.dtype}")
+    return None
 
 
 @dataclass
@@ -67,10 +125,8 @@ def compare_tensor(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: floa
     bad = nan_bad = inf_bad = 0
     for s in range(0, o.numel(), CHUNK):
         oc, rc = o[s:s + CHUNK].to(r.device).double(), r[s:s + CHUNK].double()
-        on, rn = oc.isnan(), rc.isnan()
-        nan_bad += int((on != rn).sum())
-        oi, ri = oc.isinf(), rc.isinf()
-        inf_bad += int(((oi | ri) & ~(on | rn) & (oc != rc)).sum())
+        nb, ib = special_mismatches(oc, rc)
+        nan_bad, inf_bad = nan_bad + nb, inf_bad + ib
         finite = oc.isfinite() & rc.isfinite()
         diff = (oc - rc).abs()[finite]
         if diff.numel():
@@ -80,11 +136,7 @@ def compare_tensor(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: floa
             d.sum_abs += float(diff.sum())
             d.max_rel = max(d.max_rel, float((diff / ra.clamp_min(max(atol, 1e-12))).max()))
             d.count += diff.numel()
-    problems = []
-    if nan_bad:
-        problems.append(f"NaN at {nan_bad} positions that differ from the reference's")
-    if inf_bad:
-        problems.append(f"Inf at {inf_bad} positions that differ from the reference's")
+    problems = special_messages(nan_bad, inf_bad)
     if bad:
         problems.append(f"{bad}/{o.numel()} values beyond atol={atol:g} rtol={rtol:g} "
                         f"(max abs diff {d.max_abs:.3g})")
@@ -119,23 +171,45 @@ def _count_kind(info: CorrectnessInfo, label: str) -> None:
         info.correct_trials += 1
 
 
-def info_from_diffs(labels: list[str], diffs: dict[str, dict], atol: float,
-                    rtol: float) -> CorrectnessInfo:
-    """Add up the reference server's per-label comparisons (a label it has none for fails);
-    the first few failures are kept as messages."""
+def info_from_diffs(labels: list[str], diffs: dict[str, dict], atol: float, rtol: float,
+                    rule: str = "kernelbench", fallback: str | None = None) -> CorrectnessInfo:
+    """Add up the reference server's per-label comparisons (a label it has none for fails)
+    under both rules; `rule` (f64 | kernelbench) decides when it can: f64 needs a float64
+    verdict for every label compared, else the KernelBench rule decides and `fallback`
+    (or the server's reason) says why. The first few failures are kept as messages."""
     info = CorrectnessInfo(atol=atol, rtol=rtol)
     max_abs = max_rel = sum_abs = 0.0
-    count = 0
+    count = kb_passed = f64_passed = 0
+    kb_fail, f64_fail, ratios, norms = [], [], [0.0], [0.0]
     for label in labels:
         info.trials += 1
         _count_kind(info, label)
-        d = diffs.get(label) or {"ok": False, "error": "not compared"}
+        d = diffs.get(label) or {"ok": False, "error": "not compared",
+                                 "f64": {"ok": False, "error": "not compared"}}
         max_abs, max_rel = max(max_abs, d.get("max_abs", 0.0)), max(max_rel, d.get("max_rel", 0.0))
         sum_abs, count = sum_abs + d.get("sum_abs", 0.0), count + d.get("count", 0)
-        if d.get("ok"):
-            info.passed += 1
-        elif len(info.failures) < 5:
-            info.failures.append(f"{label}: {d.get('error')}")
+        kb_passed += bool(d.get("ok"))
+        if not d.get("ok"):
+            kb_fail.append(f"{label}: {d.get('error')}")
+        t = d.get("f64")
+        if not isinstance(t, dict):
+            fallback = fallback or d.get("f64_skipped") or "no float64 truth for " + label
+            continue
+        f64_passed += bool(t.get("ok"))
+        ratios.append(float(t.get("ratio") or 0.0))
+        norms.append(float(t.get("norm_ratio") or 0.0))
+        if not t.get("ok"):
+            f64_fail.append(f"{label}: {t.get('error')}")
     if count:
         info.max_abs_diff, info.mean_abs_diff, info.max_rel_diff = max_abs, sum_abs / count, max_rel
+    have_f64 = fallback is None and info.trials > 0
+    info.verdicts = {"kernelbench": kb_passed == info.trials > 0,
+                     "f64": f64_passed == info.trials if have_f64 else None}
+    if have_f64:
+        info.f64_ratio, info.f64_norm_ratio = max(ratios), max(norms)
+        info.f64_bound = {"k": K, "k_norm": K_NORM}
+    info.rule = "f64" if rule == "f64" and have_f64 else "kernelbench"
+    info.fallback = fallback if rule == "f64" and not have_f64 else None
+    info.passed = f64_passed if info.rule == "f64" else kb_passed
+    info.failures = (f64_fail if info.rule == "f64" else kb_fail)[:5]
     return info

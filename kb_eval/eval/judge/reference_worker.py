@@ -13,6 +13,12 @@ sample of that problem computes only its timed calls' outputs (new seeds every s
 On the H200 (100 samples, 64 MB outputs) the reference step of a sample took 1.11 s
 (median) in a fresh child per sample, and 0.28 s here.
 
+With `compare.truth`, each label's reference also runs in float64 on the same inputs
+(rounded to the run's precision, then widened) and weights (the model widened in place
+for that call and narrowed back: exact, and no second copy of the weights stays on the
+device), one label at a time: the truth is dropped after its comparison unless it is a
+fixed label's and there is room to keep it with the outputs (judge/truth.py).
+
 Also, when asked (the first sample of a problem): what the physical floor needs, and the
 reference's timing (live baseline).
 """
@@ -29,14 +35,14 @@ from types import ModuleType
 import torch
 
 from kb_eval.eval.wire import outputs
-from kb_eval.eval.judge.correctness import judge_file
+from kb_eval.eval.judge.correctness import judge_file, resolve_tolerance
 from kb_eval.eval.child.observe import observe, output_tensors
 from kb_eval.eval.wire.labels import label_name
 from kb_eval.eval.child.probes import (changed_since, copy_bandwidth, empty_call_ms,
                                        fingerprints, probe_inputs, sync, tensor_bytes)
 from kb_eval.harness import inputs_for, load_problem, reference_model, time_model
 from kb_eval.faults import inject_fault
-from kb_eval.inputs import (make_init_inputs, make_inputs, precision_dtype,
+from kb_eval.inputs import (cast_tree, make_init_inputs, make_inputs, precision_dtype,
                             set_precision_flags)
 from kb_eval.timing import TimingSettings
 
@@ -54,16 +60,19 @@ class Problem:
     model: torch.nn.Module
     outputs: dict[str, list[torch.Tensor]] = field(default_factory=dict)
     seen: dict[str, dict] = field(default_factory=dict)
+    truth: dict[str, list[torch.Tensor]] = field(default_factory=dict)  # float64 outputs
+    truth_error: str | None = None  # the reference cannot run in float64: why
     first: list | None = None  # fingerprints of correct_0's outputs: input-independent?
     peak_bytes: int | None = None  # the device memory a forward took, inputs included
 
     @property
     def bytes(self) -> int:
-        return sum(tensor_bytes(ts) for ts in self.outputs.values())
+        return sum(tensor_bytes(ts) for ts in (*self.outputs.values(), *self.truth.values()))
 
     def forget_outputs(self) -> None:
         self.outputs.clear()
         self.seen.clear()
+        self.truth.clear()
 
 
 _LOADED: OrderedDict[str, Problem] = OrderedDict()
@@ -110,12 +119,30 @@ def _inputs(module: ModuleType, seed: int, kind: str, i: int, label_seed, precis
 
 def _reference_outputs(p: Problem, payload: dict, name: str, kind: str, i: int, label_seed,
                        device: torch.device):
-    """(outputs, what was seen) of the reference on one label; kept when the label is the
-    same for every sample (correctness trials, shape probe: no seed) and there is room."""
-    if name in p.outputs:
-        return p.outputs[name], p.seen[name]
+    """(outputs, what was seen, float64 truth or why there is none) of the reference on
+    one label; kept when the label is the same for every sample (correctness trials, shape
+    probe: no seed) and there is room."""
+    want_truth = bool(payload["compare"].get("truth"))
+    if name in p.outputs and (not want_truth or name in p.truth or p.truth_error):
+        return p.outputs[name], p.seen[name], p.truth.get(name, p.truth_error)
     precision, seed = payload["precision"], payload["seed"]
     inputs = _inputs(p.module, seed, kind, i, label_seed, precision, device)
+    if name in p.outputs:
+        tensors, seen = p.outputs[name], p.seen[name]
+    else:
+        tensors, seen = _run_reference(p, inputs, kind, device)
+    truth = _float64_truth(p, inputs, precision, device) if want_truth else None
+    del inputs
+    kept = [tensors] + ([truth] if isinstance(truth, list) else [])
+    if label_seed is None and _room_for(tensor_bytes(kept), device,
+                                        payload.get("keep_bytes", 0)):
+        p.outputs[name], p.seen[name] = tensors, seen
+        if isinstance(truth, list):
+            p.truth[name] = truth
+    return tensors, seen, truth
+
+
+def _run_reference(p: Problem, inputs: list, kind: str, device: torch.device):
     prints = fingerprints(inputs)  # not a copy: inputs may be gigabytes
     before = _reset_peak(device)
     with torch.no_grad():
@@ -130,10 +157,29 @@ def _reference_outputs(p: Problem, payload: dict, name: str, kind: str, i: int, 
             p.first = fingerprints(tensors)
         else:
             seen["same_as_first"] = fingerprints(tensors) == p.first
-    if label_seed is None and _room_for(tensor_bytes(tensors), device,
-                                        payload.get("keep_bytes", 0)):
-        p.outputs[name], p.seen[name] = tensors, seen
     return tensors, seen
+
+
+def _float64_truth(p: Problem, inputs: list, precision: str,
+                   device: torch.device) -> list[torch.Tensor] | str:
+    """The reference in float64 on these (already rounded) inputs, or why it cannot run
+    so (remembered for the problem: its samples fall back to the KernelBench rule)."""
+    if p.truth_error:
+        return p.truth_error
+    wide = [cast_tree(x, torch.float64) for x in inputs]
+    try:
+        p.model.to(torch.float64)  # widening the rounded weights is exact, as is narrowing
+        with torch.no_grad():
+            out = p.model(*wide)
+        sync(device)
+        return [t.detach() for t in output_tensors(out)]
+    except Exception as e:  # noqa: BLE001 - an op without float64 support, a fixed dtype
+        p.truth_error = ("the reference does not run in float64: "
+                         f"{type(e).__name__}: {e}".splitlines()[0][:300])
+        return p.truth_error
+    finally:
+        p.model.to(precision_dtype(precision))
+        del wide
 
 
 def compare_sample(payload: dict, workdir: Path) -> dict:
@@ -145,15 +191,18 @@ def compare_sample(payload: dict, workdir: Path) -> dict:
     inject_fault("reference_kill")
     p = _problem(payload, device)
     compare = payload["compare"]
+    tol = resolve_tolerance(payload["precision"], compare.get("atol"), compare.get("rtol"),
+                            compare.get("rule", "f64"), getattr(p.module, "KB_TOLERANCE", None))
     seen: dict[str, dict] = {}
     diffs: dict[str, dict] = {}
-    refs = None
+    refs = truth = None
     for label in payload["labels"]:
         kind, i, *rest = label
         label_seed = rest[0] if rest else None
         name = label_name((kind, i, label_seed))
         try:
-            refs, seen[name] = _reference_outputs(p, payload, name, kind, i, label_seed, device)
+            refs, seen[name], truth = _reference_outputs(p, payload, name, kind, i,
+                                                         label_seed, device)
         except Exception as e:  # noqa: BLE001
             if kind == "correct":  # the problem's own trials: a broken reference
                 raise
@@ -162,9 +211,13 @@ def compare_sample(payload: dict, workdir: Path) -> dict:
             seen[name] = {"skipped": f"{type(e).__name__}: {e}".splitlines()[0][:200]}
             continue
         diffs[name] = judge_file(Path(compare["folder"]) / f"{name}.out", refs,
-                                 compare["atol"], compare["rtol"],
-                                 _STAGING if device.type == "cuda" else None)
-    result: dict = {"seen": seen, "diffs": diffs}
+                                 tol["atol"], tol["rtol"],
+                                 _STAGING if device.type == "cuda" else None,
+                                 truth if isinstance(truth, list) else None)
+        if isinstance(truth, str):
+            diffs[name]["f64_skipped"] = truth
+        truth = None  # a timed call's truth is not kept: freed before the next label
+    result: dict = {"seen": seen, "diffs": diffs, "tolerance": tol}
     settings = TimingSettings.model_validate(payload["timing"] or payload.get("floor_timing")
                                              or {})
     if payload.get("metrics"):
@@ -172,7 +225,7 @@ def compare_sample(payload: dict, workdir: Path) -> dict:
     if payload.get("timing") is not None:
         result["timing"] = time_model(p.model, p.module, payload["seed"], payload["precision"],
                                       device, settings).model_dump()
-    del refs
+    del refs, truth
     release(device)
     return result
 
@@ -224,6 +277,7 @@ def plan_problem(payload: dict, device: torch.device) -> dict:
             out = model.to(dtype=dtype)(*meta_inputs)
         plan["out_bytes"] = tensor_bytes(output_tensors(out))
         plan["weights_bytes"] = sum(tensor_bytes(t) for t in model.state_dict().values())
+        plan["itemsize"] = dtype.itemsize
     except Exception as e:  # noqa: BLE001 - an op without a meta kernel: sizes unknown
         plan["meta_error"] = f"{type(e).__name__}: {e}".splitlines()[0][:200]
     if device.type == "cuda":

@@ -23,7 +23,6 @@ from pathlib import Path
 
 from kb_eval.eval.judge.crashes import crash_info
 from kb_eval.eval.schedule.context import EvalContext
-from kb_eval.eval.judge.correctness import tolerances
 from kb_eval.eval.wire.labels import parse_label
 from kb_eval.isolation import ChildOutcome, Server
 from kb_eval.problems import Problem
@@ -55,6 +54,7 @@ class MemoryPlan:
     free_bytes: int | None = None
     out_bytes: int | None = None  # one call's outputs (sizes how many are checked)
     reason: str | None = None  # set: too large to judge here
+    truth_reason: str | None = None  # set: no room for the float64 truth (KernelBench rule)
 
     @property
     def fits(self) -> bool:
@@ -77,10 +77,19 @@ def make_plan(sizes: dict, baseline_peak: int | None, mem_limit_mb: int | None) 
     if free is None and mem_limit_mb:
         free = mem_limit_mb << 20  # a CPU: the host memory a child may use
     plan = MemoryPlan(need, free, sizes.get("out_bytes"))
+    where = "free on the device" if "free_bytes" in sizes else "under the memory limit"
     if need is not None and free is not None and need > free:
-        where = "free on the device" if "free_bytes" in sizes else "under the memory limit"
         plan.reason = (f"the reference needs {gib(need)} ({'inputs ' + gib(known[0])}, "
                        f"outputs {gib(known[1])}), {gib(free)} {where}")
+    elif need is not None and free is not None:
+        # The float64 run of one label on top: the model widened in place (weights x
+        # 8/itemsize, the narrow copy freed as it goes) and its inputs, outputs and
+        # temporaries widened too; computed one label at a time and dropped.
+        widen = 8 // max(1, int(sizes.get("itemsize") or 4))
+        truth = need + widen * (need + (sizes.get("weights_bytes") or 0))
+        if truth > free:
+            plan.truth_reason = (f"no room for the float64 truth: it needs {gib(truth)}, "
+                                 f"{gib(free)} {where}")
     return plan
 
 
@@ -91,6 +100,7 @@ class ReferenceRun:
     state: ReferenceState
     seen: dict[str, dict] = field(default_factory=dict)
     diffs: dict[str, dict] = field(default_factory=dict)
+    tolerance: dict = field(default_factory=dict)  # atol, rtol, rule, source (the server's)
 
     @property
     def error(self) -> str | None:
@@ -160,11 +170,12 @@ class ReferenceStore:
              device: str) -> ReferenceRun:
         cfg = self.ctx.config
         want_timing = cfg.live_baseline and not state.timed
-        atol, rtol = tolerances(cfg.precision, cfg.atol, cfg.rtol)
+        truth = state.plan is None or state.plan.truth_reason is None
         payload = {"problem_code": problem.code, "device": self.ctx.torch_device(device),
                    "precision": cfg.precision, "seed": self.ctx.problem_seed(problem),
                    "labels": [parse_label(lb) for lb in labels],
-                   "compare": {"folder": str(folder), "atol": atol, "rtol": rtol},
+                   "compare": {"folder": str(folder), "atol": cfg.atol, "rtol": cfg.rtol,
+                               "rule": cfg.tolerance, "truth": truth},
                    "timing": cfg.timing.model_dump() if want_timing else None,
                    "metrics": state.metrics is None, "floor_timing": cfg.timing.model_dump(),
                    "keep_bytes": keep_bytes(cfg.mem_limit_mb)}
@@ -184,7 +195,8 @@ class ReferenceStore:
         if want_timing:
             state.timed = True
             state.timing = TimingStats.model_validate(result["timing"])
-        return ReferenceRun(state, seen=result.get("seen", {}), diffs=result.get("diffs", {}))
+        return ReferenceRun(state, seen=result.get("seen", {}), diffs=result.get("diffs", {}),
+                            tolerance=result.get("tolerance") or {})
 
     def _call(self, device: str, payload: dict) -> ChildOutcome:
         cfg, server = self.ctx.config, self.servers[device]

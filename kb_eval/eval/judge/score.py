@@ -6,7 +6,8 @@ too_large) is left out and listed in `excluded_problems`.
 A problem's rate is the share of its `samples_per_problem` asked samples that pass; a
 missing or failed sample counts as not compiled, not correct, not fast. With one sample
 per problem this is KernelBench's definition: fast_p = share of problems that are correct
-AND have speedup > p.
+AND have speedup > p. fast_p_sig counts a sample only when its speedup's 95 % interval
+lies above p (kb_eval/eval/judge/confidence.py).
 
 pass@k is the unbiased estimator of Chen et al. (2021): with n samples of which c are
 correct, 1 - C(n-c, k) / C(n, k), computed as a product so it never overflows.
@@ -71,6 +72,11 @@ def is_fast(r: SampleRecord, p: float) -> bool:
     return s is not None and s > p
 
 
+def is_fast_sig(r: SampleRecord, p: float) -> bool:
+    """Faster than p beyond doubt: counted, and the 95 % interval's lower end above p."""
+    return counted_speedup(r) is not None and bool(r.speedup_ci) and r.speedup_ci[0] > p
+
+
 def _by_problem(records: Iterable[SampleRecord],
                 asked: Iterable[str]) -> dict[str, list[SampleRecord]]:
     """Records of the asked problems; the last record of a (key, sample) wins, and of a
@@ -121,6 +127,7 @@ def summarize(records: Iterable[SampleRecord], problems_asked: Iterable[str],
         compiled_rate=rate(lambda r: bool(r.compiled)),
         correct_rate=rate(is_correct),
         fast_p={fast_p_name(p): rate(lambda r, p=p: is_fast(r, p)) for p in fast_ps},
+        fast_p_sig={fast_p_name(p): rate(lambda r, p=p: is_fast_sig(r, p)) for p in fast_ps},
         geomean_speedup=geometric_mean(counted_speedup(r) for r in correct),
         pass_at_k=pass_k,
         status_counts=dict(Counter(r.status for rs in grouped.values() for r in rs)

@@ -4,7 +4,10 @@ the guards and the rules add up to a status, flags and a speedup."""
 
 from __future__ import annotations
 
+import math
+
 from kb_eval.eval.child.probes import recheck_count
+from kb_eval.eval.judge.confidence import speedup_interval
 from kb_eval.eval.judge.correctness import info_from_diffs, tolerances
 from kb_eval.eval.judge.guards import dedupe, judge
 from kb_eval.eval.judge.references import ReferenceRun
@@ -74,12 +77,12 @@ def judge_sample(ctx: EvalContext, problem: Problem, source: str, n_correct: int
                  ref: ReferenceRun) -> SampleRecord:
     """Add up the comparisons, apply the guards and rules, derive the speedup."""
     cfg = ctx.config
-    atol, rtol = tolerances(cfg.precision, cfg.atol, cfg.rtol)
-    record.correctness = info_from_diffs(labels, ref.diffs, atol, rtol)
+    record.correctness = _correctness(cfg, labels, ref)
     seen = result.get("seen") if isinstance(result.get("seen"), dict) else {}
     record.flags.extend(judge({lb: seen[lb] for lb in labels if isinstance(seen.get(lb), dict)},
                               ref.seen))
     record.flags.extend(child_flags(result))
+    record.flags.extend(outside_work(result.get("threads_work")))
     timed = [lb for lb in labels if TIMED_LABEL.fullmatch(lb)]
     record.flags.extend(completeness(expected_rechecks(cfg, ref.state.metrics), timed,
                                      bool(result.get("timing"))))
@@ -108,10 +111,51 @@ def judge_sample(ctx: EvalContext, problem: Problem, source: str, n_correct: int
                                      f"no timing for {problem.key}: no speedup"))
     if record.correct and record.timing and record.baseline and record.timing.median > 0:
         record.speedup = record.baseline.median / record.timing.median
+        interval = speedup_interval(record.baseline, record.timing)
+        if interval is not None:
+            record.speedup_ci, record.speedup_ci_method = interval
     record.flags = dedupe(record.flags)
     record.speedup_counted = record.speedup is not None and not any(
         f.code in VOIDS_SPEEDUP for f in record.flags)
     return record
+
+
+OUTSIDE_SHARE, OUTSIDE_SLACK_MS = 0.1, 1.0
+
+
+def outside_work(report: object) -> list[Flag]:
+    """`work_outside_call` (error) when the candidate's own threads used CPU between its
+    timed calls beyond a tenth of the timed total plus 1 ms, or a GPU was found busy at
+    the start of two or more calls (child/threads.py; the child's numbers, checked)."""
+    if not isinstance(report, dict):
+        return []
+    nums = {k: report.get(k) for k in ("outside_ms", "timed_ms", "busy_calls")}
+    if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in nums.values()):
+        return [Flag(code="implausible_timing", severity="error",
+                     message=f"malformed threads report {report!r:.200}")]
+    out, timed, busy = nums["outside_ms"], nums["timed_ms"], nums["busy_calls"]
+    if out > OUTSIDE_SHARE * timed + OUTSIDE_SLACK_MS:
+        return [Flag(code="work_outside_call", severity="error",
+                     message=f"the candidate's threads used {out:.1f} ms of CPU between its "
+                             f"timed calls ({timed:.1f} ms timed): work the timer did not see")]
+    if busy >= 2:
+        return [Flag(code="work_outside_call", severity="error",
+                     message=f"the device was still busy when {busy} timed calls began: "
+                             "work launched outside the calls")]
+    return []
+
+
+def _correctness(cfg, labels: list[str], ref: ReferenceRun):
+    """Both rules' verdicts, the one asked deciding: the run's --tolerance, or the rule the
+    problem file names; f64 falls back to KernelBench's when the plan left no room."""
+    tol = ref.tolerance
+    atol, rtol = tolerances(cfg.precision, cfg.atol, cfg.rtol)
+    plan = ref.state.plan
+    info = info_from_diffs(labels, ref.diffs, tol.get("atol", atol), tol.get("rtol", rtol),
+                           tol.get("rule", cfg.tolerance),
+                           plan.truth_reason if plan is not None else None)
+    info.tolerance_source = tol.get("source")
+    return info
 
 
 def _probe_flags(result: dict, diffs: dict[str, dict]) -> list[Flag]:

@@ -1,0 +1,118 @@
+"""Work a candidate's own threads do outside its timed calls (runs in the candidate's child).
+
+A timer stops when forward returns. A candidate can return early and let a thread it
+started do the work while the evaluator does its bookkeeping between calls (the output is
+complete by the time anyone looks at it): the work is real, the time is not counted. Two
+answers, both measured with per-thread CPU clocks (Linux: clock_gettime on a thread's CPU
+clock, nanoseconds):
+
+- `drain`, inside the timed region: after forward returns, while threads the candidate
+  started keep using CPU, the call is not over. Only when such threads existed at the
+  previous call's end, so a candidate without threads pays nothing.
+- `Ledger`, between calls: CPU time the process spent outside the timed calls, less the
+  main thread's own (our bookkeeping) and less the threads that existed before the
+  candidate's code loaded (PyTorch's pool, warmed up first): what is left was spent by
+  the candidate's threads, alive or already gone. The parent flags `work_outside_call`
+  when it is more than a tenth of the timed calls' total plus a millisecond.
+
+A GPU adds one check: the device must be idle when the next call begins (everything of
+ours was synchronized); work found still running was launched outside the calls.
+Native threads are covered as well as Python ones (both are tasks of the process).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import torch
+
+TASKS = "/proc/self/task"
+QUIET_NS = 20_000  # a thread that used less CPU than this over a poll is idle
+POLL_S = 50e-6
+DRAIN_MAX_S = 2.0
+BUSY_WAIT_MS = 0.5  # a device sync at a call's start that blocks longer: work was pending
+
+
+def _tids() -> set[int]:
+    try:
+        return {int(t) for t in os.listdir(TASKS)}
+    except OSError:
+        return set()
+
+
+def thread_cpu_ns(tid: int) -> int:
+    """CPU time of one thread of this process (0 when it is gone or the clock is
+    unavailable). Linux encodes a thread's CPU clock id as (~tid << 3) | 6."""
+    try:
+        return time.clock_gettime_ns((~tid << 3) | 6)
+    except OSError:
+        return 0
+
+
+def warm_pool() -> None:
+    """Start PyTorch's intra-op threads now (a parallel op), so that they count as ours."""
+    torch.zeros(1 << 20).add_(1.0)
+
+
+class Ledger:
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.ours = _tids()  # before candidate code: the evaluator's and PyTorch's threads
+        self.outside_ns = 0
+        self.timed_ns = 0
+        self.busy_calls = 0
+        self.active = False  # the candidate had threads at the last call's end
+        self._mark: tuple[int, int, int] | None = None
+        self._t0 = 0
+
+    def _others(self) -> int:
+        return sum(thread_cpu_ns(t) for t in self.ours if t != _main_tid())
+
+    def _reading(self) -> tuple[int, int, int]:
+        return (time.clock_gettime_ns(time.CLOCK_PROCESS_CPUTIME_ID),
+                time.thread_time_ns(), self._others())
+
+    def call_starts(self) -> None:
+        """Right before a timed call (its inputs drawn): charge what happened since the
+        last call's end to the candidate's threads, and see that the device is idle."""
+        if self.device.type == "cuda":
+            t0 = time.perf_counter()
+            torch.cuda.synchronize(self.device)
+            if (time.perf_counter() - t0) * 1e3 > BUSY_WAIT_MS:
+                self.busy_calls += 1
+        now = self._reading()
+        if self._mark is not None:
+            proc, main, ours = (a - b for a, b in zip(now, self._mark))
+            self.outside_ns += max(0, proc - main - ours)
+        self._t0 = time.perf_counter_ns()
+
+    def call_ended(self) -> None:
+        self.timed_ns += time.perf_counter_ns() - self._t0
+        self._mark = self._reading()
+        self.active = bool(_tids() - self.ours)
+
+    def drain(self) -> None:
+        """Inside the timed region: wait while the candidate's threads still use CPU."""
+        if not self.active:
+            return
+        end = time.perf_counter() + DRAIN_MAX_S
+        while time.perf_counter() < end:
+            theirs = _tids() - self.ours
+            before = sum(map(thread_cpu_ns, theirs))
+            time.sleep(POLL_S)
+            if sum(map(thread_cpu_ns, theirs)) - before < QUIET_NS:
+                return
+
+    def report(self) -> dict:
+        time.sleep(0.02)  # a thread that waits before working after the last call
+        self.call_starts()  # what ran after the last call
+        return {"outside_ms": self.outside_ns / 1e6, "timed_ms": self.timed_ns / 1e6,
+                "busy_calls": self.busy_calls}
+
+
+def _main_tid() -> int:
+    return _MAIN
+
+
+_MAIN = os.getpid()  # the child's main thread (its tid is the process id)

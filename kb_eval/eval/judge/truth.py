@@ -1,0 +1,127 @@
+"""Correctness against float64 truth (the default rule, `--tolerance f64`).
+
+The reference server runs the reference twice on a label's inputs: at the run's precision
+(`ref`, what KernelBench compares with) and in float64 on the same rounded inputs and
+weights (`truth`). The reference's own error E = |ref - truth| says how far an honest
+computation at this precision lands from the truth on this problem: a 16384-term dot
+product misses by far more than a copy does. Per output tensor, over the positions where
+the reference and the truth are finite:
+
+    elementwise  |out - truth| <= K * (E_i + S + u * (|truth_i| + M))
+    normwise     ||out - truth|| <= K_NORM * (||E|| + u * ||truth||)
+
+S = rms(E) (the reference's typical error, so an element the reference happened to get
+exactly right is not held to zero), M = rms(truth), u = the unit roundoff of the run's
+precision (2^-24 for fp32: the slack of storing the result at all; M makes it a floor where
+the truth is ~0). NaN and Inf must sit where the reference's are. K and K_NORM come from
+benchmarks/f64_bound.py (CPU, docs/GUARANTEES.md "Correctness"): other summation orders
+(chunked, transposed, im2col, by hand) needed k <= 7.2 and a normwise ratio <= 1.6; a
+naive term-by-term fp32 loop over 16384 terms k = 36, ratio 7.6 (growing as sqrt(terms));
+TF32, fp16 or bf16 inputs needed k >= 1860 and ratio >= 550, even at 131072 terms.
+K = 256 and K_NORM = 64 leave a naive loop room up to ~1M terms and still fail every
+downgrade measured by a factor of 7 or more.
+
+`ratio` and `norm_ratio` in a label's result are the worst elementwise and the normwise
+error as a share of their bounds (<= 1 passes): how close a candidate came.
+"""
+
+from __future__ import annotations
+
+import torch
+
+K = 256.0
+K_NORM = 64.0
+UNIT_ROUNDOFF = {torch.float64: 2.0 ** -53, torch.float32: 2.0 ** -24,
+                 torch.float16: 2.0 ** -11, torch.bfloat16: 2.0 ** -8}
+CHUNK = 1 << 23  # elements per step: a few float64 temporaries of 64 MB each
+
+
+def special_mismatches(oc: torch.Tensor, rc: torch.Tensor) -> tuple[int, int]:
+    """Positions where NaN, or an infinity, differs between out and ref (float64 chunks)."""
+    on, rn = oc.isnan(), rc.isnan()
+    oi, ri = oc.isinf(), rc.isinf()
+    return int((on != rn).sum()), int(((oi | ri) & ~(on | rn) & (oc != rc)).sum())
+
+
+def special_messages(nan_bad: int, inf_bad: int) -> list[str]:
+    return ([f"NaN at {nan_bad} positions that differ from the reference's"] * bool(nan_bad)
+            + [f"Inf at {inf_bad} positions that differ from the reference's"] * bool(inf_bad))
+
+
+def _flat(t: torch.Tensor) -> torch.Tensor:
+    return (torch.view_as_real(t) if t.is_complex() else t).reshape(-1)
+
+
+def applies(ref: torch.Tensor, truth: torch.Tensor) -> bool:
+    """Whether a tensor is judged against the truth: a floating (or complex) output whose
+    float64 run gave the same shape. Integer and bool outputs stay exact (KernelBench)."""
+    floating = (ref.dtype in UNIT_ROUNDOFF or ref.is_complex()) and (
+        truth.is_floating_point() or truth.is_complex())
+    return floating and tuple(ref.shape) == tuple(truth.shape)
+
+
+def _scales(r: torch.Tensor, t: torch.Tensor) -> tuple[float, float, int]:
+    """Sums of E^2 and truth^2 over positions finite in both, and their count."""
+    e2 = t2 = 0.0
+    n = 0
+    for s in range(0, r.numel(), CHUNK):
+        rc, tc = r[s:s + CHUNK].double(), t[s:s + CHUNK].to(r.device, torch.float64)
+        fin = rc.isfinite() & tc.isfinite()
+        e2 += float(((rc - tc)[fin]).square().sum())
+        t2 += float(tc[fin].square().sum())
+        n += int(fin.sum())
+    return e2, t2, n
+
+
+def compare_truth(out: torch.Tensor, ref: torch.Tensor, truth: torch.Tensor) -> dict:
+    """The float64 verdict on one output tensor (shape and dtype already checked against
+    `ref`): {"ok", "error", "ratio", "norm_ratio"}."""
+    u = UNIT_ROUNDOFF[{torch.complex64: torch.float32,
+                       torch.complex128: torch.float64}.get(ref.dtype, ref.dtype)]
+    o, r, t = _flat(out), _flat(ref), _flat(truth)
+    e2, t2, n = _scales(r, t)
+    s, m = (e2 / n) ** 0.5 if n else 0.0, (t2 / n) ** 0.5 if n else 0.0
+    worst, c2, bad, nan_bad, inf_bad = 0.0, 0.0, 0, 0, 0
+    for i in range(0, o.numel(), CHUNK):
+        oc, rc = o[i:i + CHUNK].to(r.device).double(), r[i:i + CHUNK].double()
+        tc = t[i:i + CHUNK].to(r.device, torch.float64)
+        nb, ib = special_mismatches(oc, rc)
+        nan_bad, inf_bad = nan_bad + nb, inf_bad + ib
+        fin = rc.isfinite() & tc.isfinite() & oc.isfinite()
+        err = (oc - tc)[fin].abs()
+        if not err.numel():
+            continue
+        bound = K * ((rc - tc)[fin].abs() + s + u * (tc[fin].abs() + m))
+        share = err / bound.clamp_min(torch.finfo(torch.float64).tiny)
+        bad += int((share > 1).sum())
+        worst = max(worst, float(share.max()))
+        c2 += float(err.square().sum())
+    norm_bound = K_NORM * (e2 ** 0.5 + u * t2 ** 0.5)
+    norm_ratio = c2 ** 0.5 / norm_bound if norm_bound > 0 else (0.0 if c2 == 0 else float("inf"))
+    problems = special_messages(nan_bad, inf_bad)
+    if bad:
+        problems.append(f"{bad}/{o.numel()} values beyond {K:g}x the reference's own error "
+                        f"against float64 (worst {worst:.3g}x the bound)")
+    if norm_ratio > 1:
+        problems.append(f"error norm {norm_ratio * K_NORM:.3g}x the reference's own "
+                        f"(bound {K_NORM:g}x)")
+    return {"ok": not problems, "error": "; ".join(problems) or None,
+            "ratio": worst, "norm_ratio": norm_ratio}
+
+
+def compare_outputs_truth(outs: list[torch.Tensor], refs: list[torch.Tensor],
+                          truths: list[torch.Tensor], exact_ok: list[bool]) -> dict:
+    """The float64 verdict on one call: each floating output against its truth; an output
+    the truth does not apply to (integer, bool) keeps its KernelBench verdict (`exact_ok`)."""
+    worst = norm = 0.0
+    for i, (o, r, t) in enumerate(zip(outs, refs, truths)):
+        where = f"output {i}: " if len(refs) > 1 else ""
+        if not applies(r, t):
+            if not exact_ok[i]:
+                return {"ok": False, "error": where + "differs from the reference"}
+            continue
+        d = compare_truth(o, r, t)
+        if not d["ok"]:
+            return {**d, "error": where + d["error"]}
+        worst, norm = max(worst, d["ratio"]), max(norm, d["norm_ratio"])
+    return {"ok": True, "error": None, "ratio": worst, "norm_ratio": norm}
