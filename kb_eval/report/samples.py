@@ -59,7 +59,7 @@ def sample_view(r: SampleRecord, finder: CodeFinder) -> dict:
         "flags": [f"{f.severity}: {f.code}" + (f" - {f.message}" if f.message else "")
                   for f in r.flags],
         "speedup": r.speedup, "counted_speedup": counted_speedup(r),
-        "speedup_ci": extra.get("speedup_ci"),
+        "speedup_ci": getattr(r, "speedup_ci", None) or extra.get("speedup_ci"),
         "candidate_ms": r.timing.median if r.timing else None,
         "baseline_ms": r.baseline.median if r.baseline else None,
         "source_sha256": r.source_sha256, "code": finder.code(r),
