@@ -145,6 +145,8 @@ class BaselineRecord(BaseModel):
     # The most device memory one reference forward held, its inputs included (bytes; on a
     # CPU: its inputs and outputs). The eval's memory plan reads it.
     peak_mem_bytes: int | None = None
+    # A compiled baseline's build (TVM: target, arch, arch_source, tune_trials)
+    compiler: dict | None = None
 
 
 class BaselineFile(FileHeader):
@@ -186,6 +188,19 @@ class BuildInfo(BaseModel):
     # crashed | timeout | oom | output_flood
     status: str = "ok"
     seconds: float = 0.0
+
+
+class LaunchCounts(BaseModel):
+    """Launches per forward, one profiled call each after correctness, outside timing
+    (kb_eval/profile/launches.py). unit: cuda_kernels (kernels launched, memcpy/memset
+    apart) | aten_ops (CPU: aten operators called from outside any other). `candidate`
+    is what the candidate's own child reported (untrusted: diagnostics, never scored);
+    `reference` was counted by the trusted reference server, once per problem."""
+    unit: str | None = None
+    candidate: int | None = None
+    reference: int | None = None
+    candidate_source: str = "candidate child (untrusted)"
+    error: str | None = None  # why a side has no count
 
 
 class CorrectnessInfo(BaseModel):
@@ -257,6 +272,7 @@ class SampleRecord(BaseModel):
     # Whether the reference gave bit-identical outputs on the same inputs twice (None: not
     # measured): a non-deterministic reference needs a tolerance, not equality.
     reference_deterministic: bool | None = None
+    launches: LaunchCounts | None = None  # correct samples only
     finished: str = Field(default_factory=now_iso)
 
 

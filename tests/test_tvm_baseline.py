@@ -51,6 +51,8 @@ def test_tvm_times_ops_problems(tmp_path):
     for key, rec in records.items():
         assert rec["status"] == "ok", (key, rec.get("error"))
         assert rec["timing"]["n"] == 2 and rec["timing"]["median"] > 0
+        assert '"kind":"llvm"' in rec["compiler"]["target"], rec["compiler"]
+        assert rec["compiler"]["arch_source"] == "host (llvm)"
 
 
 def test_unsupported_problem_is_recorded_and_run_goes_on(tmp_path):
@@ -89,3 +91,14 @@ def test_mode_strings_round_trip():
         assert TvmOptions.parse(options.mode) == options
     with pytest.raises(ValueError):
         TvmOptions.parse("tvm-fast")
+
+
+def test_without_the_architecture_is_an_explicit_generic_arch():
+    """A bare `cuda` target would take the architecture of the GPU TVM finds: --tvm-no-arch
+    names sm_50 instead, and says so (built here without a GPU: no device is asked)."""
+    import torch
+    from kb_eval.compilers.tvm import GENERIC_CUDA_ARCH, TvmOptions, make_target, target_facts
+    target = make_target(torch.device("cuda", 0), arch=False)
+    facts = target_facts(target, TvmOptions(arch=False))
+    assert facts["arch"] == GENERIC_CUDA_ARCH == "sm_50"
+    assert facts["arch_source"].startswith("generic (sm_50")

@@ -124,6 +124,7 @@ def _time_one(problem: Problem, job: BaselineJob, secret: int, gpu: int | None,
                 problem_id=problem.problem_id, name=problem.name, wall_s=outcome.wall_s)
     if outcome.ok:
         return BaselineRecord(**base, status="ok", timing=outcome.result["timing"],
-                              peak_mem_bytes=outcome.result.get("peak_mem_bytes"))
+                              peak_mem_bytes=outcome.result.get("peak_mem_bytes"),
+                              compiler=outcome.result.get("compiler"))
     return BaselineRecord(**base, status=outcome.status, error=outcome.describe(),
                           output_tail=outcome.output_tail[-2000:] or None)

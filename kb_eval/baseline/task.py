@@ -20,13 +20,16 @@ def time_reference(payload: dict, workdir: Path) -> dict:
     module, init = load_problem(payload["code"], precision, device)
     model = reference_model(module, init, precision, device)
     mode = payload.get("mode", "eager")
+    compiler = None
     if is_tvm_mode(mode):  # export + TVM build happen here, before (untimed) warmup
-        model = tvm_callable(model, module, payload["secret"], precision, device, mode)
+        model, compiler = tvm_callable(model, module, payload["secret"], precision, device,
+                                       mode)
     elif mode != "eager":
         model = compile_model(model, mode.removeprefix("compile-"))
     settings = TimingSettings.model_validate(payload["timing"])
     stats = time_model(model, module, payload["secret"], precision, device, settings)
-    return {"timing": stats.model_dump(), "peak_mem_bytes": _peak(device)}
+    return {"timing": stats.model_dump(), "peak_mem_bytes": _peak(device),
+            "compiler": compiler}
 
 
 def _peak(device: torch.device) -> int | None:

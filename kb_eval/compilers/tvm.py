@@ -54,14 +54,30 @@ def is_tvm_mode(mode: str) -> bool:
     return mode == "tvm" or mode.startswith("tvm-")
 
 
+# "Without the architecture": a plain `cuda` target is not that, since TVM fills in the
+# architecture of the GPU it finds (sm_90 on an H100). So the generic target names TVM's
+# fallback explicitly: Maxwell's sm_50, no tensor cores, its PTX JIT-compiled by the driver.
+GENERIC_CUDA_ARCH = "sm_50"
+
+
 def make_target(device: torch.device, arch: bool = True):
     import tvm
     if device.type != "cuda":
         return tvm.target.Target("llvm")
-    if not arch:  # TVM's own choice (sm_50 where it cannot ask the driver)
-        return tvm.target.Target("cuda")
+    if not arch:
+        return tvm.target.Target({"kind": "cuda", "arch": GENERIC_CUDA_ARCH})
     major, minor = torch.cuda.get_device_capability(device)
     return tvm.target.Target({"kind": "cuda", "arch": f"sm_{major}{minor}"})
+
+
+def target_facts(target, options: TvmOptions) -> dict:
+    """What the baseline record says about the build: the target as TVM prints it, the
+    architecture it compiled for, and whether that is the device's own or the generic one."""
+    arch = target.attrs.get("arch")
+    return {"target": str(target), "arch": str(arch) if arch is not None else None,
+            "arch_source": ("host (llvm)" if target.kind.name != "cuda" else "device"
+                            if options.arch else f"generic ({GENERIC_CUDA_ARCH}, --tvm-no-arch)"),
+            "tune_trials": options.tune_trials}
 
 
 def compile_tvm(model: torch.nn.Module, example_inputs: list, device: torch.device,
@@ -97,9 +113,7 @@ def compile_tvm(model: torch.nn.Module, example_inputs: list, device: torch.devi
         outs = [torch.from_dlpack(o) for o in out] if _is_seq(out) else [torch.from_dlpack(out)]
         return outs[0] if single and len(outs) == 1 else tuple(outs)
 
-    info = {"target": str(target.attrs.get("arch", target.kind.name)),
-            "tune_trials": options.tune_trials}
-    return call, info
+    return call, target_facts(target, options)
 
 
 def _import(model: torch.nn.Module, example_inputs: list):
@@ -157,10 +171,10 @@ def baseline_callable(model: torch.nn.Module, module, secret: int, precision: st
                       device: torch.device, mode: str) -> Callable:
     """The baseline child's TVM model: exported on one set of the problem's inputs (in
     its precision), then run on the fresh inputs of every timed call. Weights stay the
-    reference's; the tuning database goes to $KB_EVAL_TVM_CACHE."""
+    reference's; the tuning database goes to $KB_EVAL_TVM_CACHE. Returns (callable, the
+    build's facts: target_facts)."""
     from kb_eval.harness import inputs_for
     example = inputs_for(module, secret, "tvm-export", precision, device)
     cache = Path(os.environ.get("KB_EVAL_TVM_CACHE", DEFAULT_CACHE))
     with torch.no_grad():
-        fn, _ = compile_tvm(model, example, device, TvmOptions.parse(mode), cache)
-    return fn
+        return compile_tvm(model, example, device, TvmOptions.parse(mode), cache)

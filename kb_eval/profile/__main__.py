@@ -25,14 +25,29 @@ def main(argv: list[str] | None = None) -> int:
         configs = bert_configs(args)
     else:
         from kb_eval.problems import load_problems
-        configs = problem_configs(args, load_problems(args.source, args.level, args.problems,
-                                                      args.name))
+        problems = load_problems(args.source, args.level, args.problems, args.name)
+        if args.model:
+            args.solution = _run_solution(args, problems)
+        configs = problem_configs(args, problems)
     from kb_eval.isolation import run_isolated
     results = run_configs(configs, args, device, d.mem_limit_mb, run_isolated)
     if args.compare:
         _compare(configs, results, Path(args.out).expanduser())
     _print_summary(configs, results)
     return 0 if len(results) == len(configs) else 1
+
+
+def _run_solution(args, problems) -> str:
+    """--model/--run: the code file of the run's answer for the one selected problem."""
+    from kb_eval.profile.from_run import solution_from_run
+    if len(problems) != 1:
+        raise UserError(f"--model/--run profile one problem's answer; the selection has "
+                        f"{len(problems)}: narrow it with --level/--problems")
+    path, record = solution_from_run(Path(args.results_dir), args.model, args.run,
+                                     problems[0].key, args.sample)
+    print(f"{args.model}/{args.run}: {problems[0].key} sample {record.get('sample')} turn "
+          f"{record.get('turn')} ({record.get('status')}) -> {path}")
+    return str(path)
 
 
 def _compare(configs, results, out: Path) -> None:

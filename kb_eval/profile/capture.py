@@ -17,9 +17,8 @@ from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from kb_eval.profile.categories import CATEGORIES, category_of
+from kb_eval.profile.launches import FORWARD_MARK, is_device_activity, launch_counts
 from kb_eval.profile.models import build_subject
-
-FORWARD_MARK = "kb_eval::forward"
 
 
 def profile_task(payload: dict, workdir: Path) -> dict:
@@ -59,8 +58,6 @@ def summarize(prof, device: torch.device, steps: int) -> dict:
     for category, us in units:
         by_category[category] += us
     total_us = sum(by_category.values())
-    device_events = [e for e in events if _is_device_activity(e)]
-    kernels = [e for e in device_events if not _is_mem_activity(e.name)]
     marks = [e for e in events if e.name == FORWARD_MARK and e.device_type == DeviceType.CPU]
     return {
         "time_kind": "device" if on_cuda else "cpu",
@@ -68,21 +65,9 @@ def summarize(prof, device: torch.device, steps: int) -> dict:
         "total_ms": total_us / 1e3 / steps,
         "wall_ms": sum(e.cpu_time_total for e in marks) / 1e3 / steps,
         "categories": {c: by_category.get(c, 0.0) / 1e3 / steps for c in CATEGORIES},
-        "kernel_launches": len(kernels) / steps,
-        "memory_activities": (len(device_events) - len(kernels)) / steps,
-        "aten_calls": sum(1 for e in events if e.name.startswith("aten::")
-                          and e.device_type == DeviceType.CPU) / steps,
+        **launch_counts(events, steps),
         "ops": _op_rows(prof, events, on_cuda, steps),
     }
-
-
-def _is_device_activity(e) -> bool:
-    return (e.device_type == DeviceType.CUDA and not e.is_user_annotation
-            and e.name != FORWARD_MARK)
-
-
-def _is_mem_activity(name: str) -> bool:
-    return name.startswith(("Memcpy", "Memset"))
 
 
 def _device_units(events) -> list[tuple[str, float]]:
@@ -93,7 +78,7 @@ def _device_units(events) -> list[tuple[str, float]]:
         if e.device_type != DeviceType.CPU or not e.kernels:
             continue
         units.extend((unit_category(e, k.name), k.duration) for k in e.kernels)
-    device_total = sum(e.time_range.elapsed_us() for e in events if _is_device_activity(e))
+    device_total = sum(e.time_range.elapsed_us() for e in events if is_device_activity(e))
     claimed = sum(us for _, us in units)
     if device_total > claimed:
         units.append(("other", device_total - claimed))

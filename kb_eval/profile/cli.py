@@ -42,8 +42,19 @@ def parser(defaults) -> Parser:
     p.add_argument("--solution", metavar="FILE", default=None,
                    help="profile this candidate file (class ModelNew) for the one selected "
                         "problem, with the reference's weights")
+    p.add_argument("--model", default=None, metavar="NAME",
+                   help="with --run: profile the candidate this model answered in that run "
+                        "for the one selected problem (its code under <results-dir>/<model>/"
+                        "<run>/code/): the correct answer with the best speedup, else the "
+                        "first sample's last turn")
+    p.add_argument("--run", default=None, metavar="RUN",
+                   help="with --model: the run's folder name (e.g. run1)")
+    p.add_argument("--sample", type=int, default=None, metavar="N",
+                   help="with --model/--run: profile sample N's last turn instead")
+    p.add_argument("--results-dir", default=str(defaults.results_dir),
+                   help=f"where runs live, for --model/--run (default: {defaults.results_dir})")
     p.add_argument("--compare", action="store_true",
-                   help="with --solution: profile the reference too and write "
+                   help="with --solution or --model/--run: profile the reference too and write "
                         "<out>/<label>_compare/compare.{json,md}: per-category time and "
                         "launches side by side")
     p.add_argument("--bert", action="store_true",
@@ -78,11 +89,19 @@ def parser(defaults) -> Parser:
 
 
 def check_args(args) -> None:
-    if args.compare and not args.solution:
-        raise UserError("--compare needs --solution FILE (the candidate to put beside the "
-                        "reference)")
-    if args.bert and args.solution:
-        raise UserError("--bert profiles the bundled encoder: it takes no --solution")
+    if (args.model is None) != (args.run is None):
+        raise UserError("--model and --run go together: the run of that model to take the "
+                        "candidate from")
+    if args.model and args.solution:
+        raise UserError("give either --solution FILE or --model/--run, not both")
+    if args.sample is not None and not args.model:
+        raise UserError("--sample needs --model and --run")
+    if args.compare and not (args.solution or args.model):
+        raise UserError("--compare needs --solution FILE or --model/--run (the candidate to "
+                        "put beside the reference)")
+    if args.bert and (args.solution or args.model):
+        raise UserError("--bert profiles the bundled encoder: it takes no --solution or "
+                        "--model/--run")
     if args.solution and not Path(args.solution).is_file():
         raise UserError(f"--solution {args.solution}: no such file")
     for flag, values in (("--batch-sizes", args.batch_sizes), ("--seq-lens", args.seq_lens)):

@@ -12,6 +12,7 @@ from kb_eval.report.tables import markdown_table
 from kb_eval.results import write_json_atomic
 
 TOP_OPS = 15
+LAUNCH_KEYS = ("kernel_launches", "aten_calls", "top_aten_calls")  # profile/launches.py
 
 
 def op_frame(profile: dict) -> pd.DataFrame:
@@ -52,7 +53,8 @@ def _report_md(config: dict, profile: dict, ops: pd.DataFrame, cats: pd.DataFram
              f"(host wall time per forward: {profile['wall_ms']:.4g} ms)",
              f"- kernel launches per forward: {profile['kernel_launches']:g} "
              f"(+ {profile['memory_activities']:g} memcpy/memset); aten operator calls: "
-             f"{profile['aten_calls']:g}", "", "## Time by category", ""]
+             f"{profile['aten_calls']:g} ({profile['top_aten_calls']:g} outermost)", "",
+             "## Time by category", ""]
     lines.append(markdown_table([{"category": r.category, "ms": f"{r.ms:.4g}",
                                   "share": f"{r.share_pct:.1f} %"}
                                  for r in cats.itertuples()]))
@@ -81,7 +83,7 @@ def write_compare(out_dir: Path, label: str, reference: dict, candidate: dict) -
                           "candidate_ms": cand["ms"].values})
     rows = table.to_dict(orient="records")
     totals = {name: {"total_ms": p["total_ms"], "wall_ms": p["wall_ms"],
-                     "kernel_launches": p["kernel_launches"], "aten_calls": p["aten_calls"]}
+                     **{k: p[k] for k in LAUNCH_KEYS}}
               for name, p in (("reference", reference), ("candidate", candidate))}
     doc = {"label": label, "time_kind": reference["time_kind"], "categories": rows, **totals}
     write_json_atomic(out_dir / "compare.json", doc)
@@ -93,6 +95,6 @@ def write_compare(out_dir: Path, label: str, reference: dict, candidate: dict) -
             "candidate ms": f"{candidate['total_ms']:.4g}"}]), "", markdown_table(
         [{"per forward": k, "reference": f"{totals['reference'][k]:g}",
           "candidate": f"{totals['candidate'][k]:g}"}
-         for k in ("kernel_launches", "aten_calls", "wall_ms")]), ""]
+         for k in (*LAUNCH_KEYS, "wall_ms")]), ""]
     (out_dir / "compare.md").write_text("\n".join(md), encoding="utf-8")
     return doc
