@@ -1,8 +1,8 @@
 """`python -m kb_eval.run` with no model on a machine with no key and no network: the
 built-in `reference` model answers with the hand-written solutions of the repo's config
 (source bert; cpp on CPU, cuda on a GPU). Slow: the true command, no flags, from a fresh
-folder: it builds every C++ solution and evaluates all 16 bert problems (several minutes
-on 2 cores)."""
+folder: on a CPU it builds every C++ solution and evaluates bert's 8 batch 64 x seq 64
+problems (a few minutes on 2 cores)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,13 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
 
 
+def _problem_file(key: str) -> str:
+    """bert/level1/6 -> the bundled file's name, e.g. 6_linear_b64s64.py."""
+    suite, level, pid = key.split("/")
+    [path] = (REPO / "reference_kernels" / "problems" / suite / level).glob(f"{pid}_*.py")
+    return path.name
+
+
 def test_reference_model_run_without_arguments(tmp_path):
     env = {k: v for k, v in os.environ.items()
            if k != "KB_EVAL_CONFIG" and not k.endswith("_API_KEY")}
@@ -30,7 +37,12 @@ def test_reference_model_run_without_arguments(tmp_path):
     [path] = (tmp_path / "results" / "reference").glob("*/results.json")
     results = json.loads(path.read_text())
     index = json.loads((REPO / "reference_kernels/solutions/cpp/index.json").read_text())
-    assert sorted(results["problems_asked"]) == sorted(index) and len(index) == 16
+    # On the CPU the default asks bert's batch 64 x seq 64 problems (every level and kernel)
+    # and says so; --full-suite asks all 16.
+    quick = sorted(k for k in index if "b64s64" in _problem_file(k))
+    assert sorted(results["problems_asked"]) == quick and len(quick) == 8
+    assert {k.split("/")[1] for k in quick} == {"level1", "level2", "level3"}
+    assert "--full-suite asks all of them" in done.stdout
     assert results["name"] == "reference" and results["model"]["name"] == "reference"
     samples = results["samples"]
     assert sorted(s["key"] for s in samples) == sorted(results["problems_asked"])
