@@ -82,3 +82,13 @@ def test_one_problem_only(results, tmp_path, capsys):
                           "--results-dir", str(results), "--out", str(tmp_path),
                           "--model", "Test Model", "--run", "run1"])
     assert code == 2 and "narrow it with --level/--problems" in capsys.readouterr().err
+
+
+def test_report_sample_view_shows_launches(tmp_path):
+    from kb_eval.report.samples import CodeFinder, sample_view
+    from kb_eval.results import LaunchCounts
+    rec = SampleRecord(key=KEY, status="correct", correct=True,
+                       launches=LaunchCounts(unit="aten_ops", candidate=1, reference=2))
+    view = sample_view(rec, CodeFinder(tmp_path))
+    assert view["launches"] == "candidate 1 (its own report) / reference 2 aten_ops per forward"
+    assert sample_view(SampleRecord(key=KEY), CodeFinder(tmp_path))["launches"] is None

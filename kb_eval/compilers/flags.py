@@ -17,9 +17,10 @@ def add_tvm_flags(p: argparse.ArgumentParser) -> None:
                         "building (the database is cached under <cache_dir>/tvm; raise "
                         "--timeout, tuning takes minutes per problem) (default: 0, no tuning)")
     p.add_argument("--tvm-no-arch", action="store_true",
-                   help="with --compile tvm on a GPU: TVM's generic CUDA target instead of "
-                        "one naming the device's architecture (sm_XX), to measure what the "
-                        "architecture is worth")
+                   help="with --compile tvm on a GPU: a CUDA target naming the generic "
+                        "sm_50 (no tensor cores; a bare 'cuda' target would take the GPU's "
+                        "own) instead of the device's architecture (sm_XX), to measure what "
+                        "the architecture is worth; each record's compiler.arch says which")
 
 
 def baseline_mode_of(args: argparse.Namespace, cache_dir: Path) -> str:

@@ -64,6 +64,7 @@ cell.samples.forEach(function(s){
  s.speedup.toFixed(3)+'x'],['speedup_ci',s.speedup_ci?JSON.stringify(s.speedup_ci):'-'],
  ['counted speedup',s.counted_speedup===null?'-':s.counted_speedup.toFixed(3)+'x'],
  ['candidate ms',fmt(s.candidate_ms)],['baseline ms',fmt(s.baseline_ms)],
+ ['launches',s.launches||'-'],
  ['source_sha256',s.source_sha256||'-']].forEach(function(kv){var tr=el('tr');
  var th=el('th',kv[0]);th.className='l';var td=el('td',fmt(kv[1]));td.className='l';
  tr.appendChild(th);tr.appendChild(td);t.appendChild(tr);});d.appendChild(t);

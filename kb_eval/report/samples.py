@@ -62,8 +62,20 @@ def sample_view(r: SampleRecord, finder: CodeFinder) -> dict:
         "speedup_ci": getattr(r, "speedup_ci", None) or extra.get("speedup_ci"),
         "candidate_ms": r.timing.median if r.timing else None,
         "baseline_ms": r.baseline.median if r.baseline else None,
-        "source_sha256": r.source_sha256, "code": finder.code(r),
+        "launches": launches_text(r), "source_sha256": r.source_sha256,
+        "code": finder.code(r),
     }
+
+
+def launches_text(r: SampleRecord) -> str | None:
+    """'candidate 1 / reference 2 aten_ops per forward' (the candidate's count is its own
+    child's report)."""
+    n = r.launches
+    if n is None:
+        return None
+    side = (lambda v: "?" if v is None else str(v))
+    return (f"candidate {side(n.candidate)} (its own report) / reference "
+            f"{side(n.reference)} {n.unit or ''} per forward").replace("  ", " ")
 
 
 def cell_summary(records: list[SampleRecord]) -> tuple[float | None, str]:
