@@ -49,7 +49,7 @@ def profile(results: Path, out: Path, *args: str) -> int:
 
 
 def test_best_correct_answer_beside_reference(results, tmp_path, build_cache_dir, capsys):
-    assert profile(results, tmp_path / "out", "--model", "Test Model", "--run", "run1",
+    assert profile(results, tmp_path / "out", "--model", "Test Model", "--run", "latest",
                    "--compare", "--cache-dir", str(build_cache_dir)) == 0
     assert "sample 1 turn 0 (correct)" in capsys.readouterr().out
     cand = json.loads((tmp_path / "out" / f"{LABEL}_candidate" / "profile.json").read_text())

@@ -48,7 +48,8 @@ def parser(defaults) -> Parser:
                         "<run>/code/): the correct answer with the best speedup, else the "
                         "first sample's last turn")
     p.add_argument("--run", default=None, metavar="RUN",
-                   help="with --model: the run's folder name (e.g. run1)")
+                   help="with --model: the run's folder name, or 'latest' for the run "
+                        "written last")
     p.add_argument("--sample", type=int, default=None, metavar="N",
                    help="with --model/--run: profile sample N's last turn instead")
     p.add_argument("--results-dir", default=str(defaults.results_dir),

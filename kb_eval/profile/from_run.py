@@ -23,6 +23,11 @@ def run_records(results_dir: Path, model: str, run: str) -> tuple[Path, list[dic
     if not model_dir.is_dir():
         raise UserError(f"--model {model}: no results at {model_dir} "
                         f"({_listing(model_dir.parent, 'models')})")
+    if run == "latest":  # run folders are named by their start time unless --run named them
+        written = sorted(model_dir.glob("*/results.json"), key=lambda f: f.stat().st_mtime)
+        if not written:
+            raise UserError(f"--run latest: no run under {model_dir}")
+        run = written[-1].parent.name
     path = model_dir / run / "results.json"
     if not path.is_file():
         raise UserError(f"--run {run}: {path} does not exist ({_listing(model_dir, 'runs')})")
