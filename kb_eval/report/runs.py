@@ -58,7 +58,7 @@ class RunEntry:
 
 
 def baseline_kind(run: RunFile) -> str:
-    """live or file; a file of torch.compile timings is its own kind (not eager)."""
+    """live or file; a file of torch.compile or TVM timings is its own kind (not eager)."""
     where = run.baseline or next((r.baseline_source for r in run.samples
                                   if r.baseline_source), "")
     if where == "live":
@@ -66,7 +66,7 @@ def baseline_kind(run: RunFile) -> str:
     if not where:
         return "unknown"
     stem = Path(where).stem
-    return f"file ({stem.split('_', 1)[1]})" if "_compile-" in stem else "file"
+    return f"file ({stem.split('_', 1)[1]})" if "_" in stem else "file"  # fp32[_<mode>]
 
 
 def group_key(run: RunFile) -> GroupKey:

@@ -33,7 +33,7 @@ def prepare_context(config, problems, stored: dict):
     (--baseline-compile) or the resumed run used one (as kb_eval.eval does)."""
     from kb_eval.eval.schedule.context import create_checked
 
-    may_go_live = (not config.baseline_mode.startswith("compile-")
+    may_go_live = (config.baseline_mode == "eager"
                    and stored.get("baseline") in (None, "", "live"))
     ctx, note = create_checked(config, problems, may_go_live)
     if note:
