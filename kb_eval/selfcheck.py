@@ -30,7 +30,9 @@ def row_of(record: SampleRecord) -> dict:
     ok = record.status == "correct"
     return {"key": record.key, "name": record.name, "judgeable": ok, "status": record.status,
             "reason": None if ok else (record.error or record.status),
-            "speedup": record.speedup, "deterministic": record.reference_deterministic,
+            "speedup": record.speedup, "speedup_ci": record.speedup_ci,
+            "speedup_ci_method": record.speedup_ci_method,
+            "deterministic": record.reference_deterministic,
             "reference_need_bytes": mem.get("reference_need") or mem.get("reference_peak"),
             "reference_peak_bytes": mem.get("reference_peak"),
             "copy_peak_bytes": mem.get("candidate_peak"), "wall_s": record.wall_s,

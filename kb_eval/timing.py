@@ -30,6 +30,8 @@ class TimingSettings(BaseModel):
     trials: int = Field(100, ge=1, description="timed calls kept in the statistics")
     flush_l2: bool = Field(True, description="zero a 2x-L2 buffer before each call (CUDA)")
     discard_first: bool = Field(True, description="time one extra call and drop the first")
+    paired_rounds: int = Field(20, ge=0, description="eval: rounds in which the reference "
+                               "and the candidate are timed alternately (0: no pairing)")
     method: str = Field("cuda_events+l2flush+devsync", description="recorded with results; "
                         "speedups refuse to mix methods")
 
@@ -91,12 +93,23 @@ def time_callable(fn: Callable[..., Any], settings: TimingSettings | None = None
     for i in range(settings.warmup):
         fn(*args(-1 - i))
     n = settings.trials + (1 if settings.discard_first else 0)
-    timer = _CudaTimer(device, settings.flush_l2) if device.type == "cuda" else _CpuTimer()
+    samples = time_calls(fn, range(n), timer_for(device, settings.flush_l2), args, on_output)
+    if settings.discard_first:
+        samples = samples[1:]
+    return TimingStats.of(samples)
+
+
+def time_calls(fn: Callable[..., Any], indices: Sequence[int], timer: "_CpuTimer | _CudaTimer",
+               args: ArgsForTrial, on_output: Callable[[int, Any], None] | None = None
+               ) -> list[float]:
+    """One timed call per index, each on `args(i)` drawn before its clock starts (input
+    generation is never timed); the times in ms. Paired timing (eval) calls this once per
+    round on each side."""
     samples = []
     gc.collect()
     gc.disable()  # a collection pause inside a call would be timed as the call's (timeit does the same)
     try:
-        for i in range(n):
+        for i in indices:
             call_args = args(i)
             ms, out = timer.time_one(fn, call_args)
             samples.append(ms)
@@ -105,9 +118,33 @@ def time_callable(fn: Callable[..., Any], settings: TimingSettings | None = None
             del out, call_args
     finally:
         gc.enable()
-    if settings.discard_first:
-        samples = samples[1:]
-    return TimingStats.of(samples)
+    return samples
+
+
+def paired_rounds(settings: TimingSettings) -> list[range]:
+    """The timed calls' indices of each round of a paired timing, `trials` calls in all
+    (the eval's parent, child and reference server agree on them from the settings
+    alone); [] when there are too few trials for two rounds or pairing is off."""
+    n, t = min(settings.paired_rounds, settings.trials), settings.trials
+    return [range(r * t // n, (r + 1) * t // n) for r in range(n)] if n >= 2 else []
+
+
+_TIMERS: dict[tuple[str, bool], "_CudaTimer"] = {}
+
+
+def timer_for(device: torch.device, flush_l2: bool = True) -> "_CpuTimer | _CudaTimer":
+    """The process's timer for `device`: a CUDA timer (its flush buffer and calibration)
+    is made once and reused by every round. Each use spins the GPU up again briefly, so
+    a round that follows an idle wait (the other side's round, a file read) starts at
+    the clocks the previous one ended at."""
+    if device.type != "cuda":
+        return _CpuTimer()
+    key = (str(device), flush_l2)
+    if key not in _TIMERS:
+        _TIMERS[key] = _CudaTimer(device, flush_l2)
+    else:
+        _TIMERS[key]._spin_up(0.01)
+    return _TIMERS[key]
 
 
 class _CpuTimer:

@@ -51,8 +51,13 @@ def thread_cpu_ns(tid: int) -> int:
 
 
 def warm_pool() -> None:
-    """Start PyTorch's intra-op threads now (a parallel op), so that they count as ours."""
+    """Start PyTorch's intra-op threads now (a parallel op), so that they count as ours;
+    and the BLAS library's, which start at the first matrix product (without this, a
+    candidate calling matmul was charged the BLAS pool's spinning as its own threads'
+    work outside the calls)."""
     torch.zeros(1 << 20).add_(1.0)
+    a = torch.ones(256, 256)
+    torch.mm(a, a)
 
 
 class Ledger:

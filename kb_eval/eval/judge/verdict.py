@@ -5,9 +5,11 @@ the guards and the rules add up to a status, flags and a speedup."""
 from __future__ import annotations
 
 import math
+import statistics
 
 from kb_eval.eval.child.probes import recheck_count
-from kb_eval.eval.judge.confidence import speedup_interval
+from kb_eval.eval.judge.confidence import (paired_interval, paired_speedup, speedup_interval,
+                                           widened)
 from kb_eval.eval.judge.correctness import info_from_diffs, tolerances
 from kb_eval.eval.judge.guards import dedupe, judge
 from kb_eval.eval.judge.references import ReferenceRun
@@ -74,7 +76,7 @@ def expected_rechecks(cfg, metrics: dict | None) -> int:
 
 def judge_sample(ctx: EvalContext, problem: Problem, source: str, n_correct: int,
                  record: SampleRecord, result: dict, labels: list[str],
-                 ref: ReferenceRun) -> SampleRecord:
+                 ref: ReferenceRun, paired: dict | None = None) -> SampleRecord:
     """Add up the comparisons, apply the guards and rules, derive the speedup."""
     cfg = ctx.config
     record.correctness = _correctness(cfg, labels, ref)
@@ -114,10 +116,46 @@ def judge_sample(ctx: EvalContext, problem: Problem, source: str, n_correct: int
         interval = speedup_interval(record.baseline, record.timing)
         if interval is not None:
             record.speedup_ci, record.speedup_ci_method = interval
+        _use_pairing(record, paired, cfg.live_baseline, ctx.device_kind == "cuda")
     record.flags = dedupe(record.flags)
     record.speedup_counted = record.speedup is not None and not any(
         f.code in VOIDS_SPEEDUP for f in record.flags)
     return record
+
+
+# On a GPU, the reference timed beside the candidate may run this much slower than timed
+# alone before the pairing is distrusted: the candidate's process is stopped during the
+# reference's rounds, but kernels it queued before that still run. (On a CPU the stop
+# covers all of its work; there, short rounds after an idle wait run slower than a hot
+# loop for honest reasons, so the check would only misfire.)
+PAIRED_SLOW = 1.25
+
+
+def _use_pairing(record: SampleRecord, paired: dict | None, live: bool, on_gpu: bool) -> None:
+    """The speedup's interval from the rounds timed in pairs (schedule/pairing.py), when
+    the sample was paired and the pairing is sound; else the unpaired one stays, and a
+    warning says why. Live baseline: the point estimate and the baseline are the paired
+    ones too. Baseline file: the point stays file / candidate, the interval is the live
+    pairing's (docs/GUARANTEES.md, intervals)."""
+    rounds, cand = (paired or {}).get("rounds"), record.timing.rounds
+    if paired is None:
+        return
+    if not rounds or not cand or len(rounds) != len(cand):
+        why = paired.get("error") or "the candidate's rounds do not match the reference's"
+        record.flags.append(Flag(code="unpaired", message=f"speedup interval not paired: {why}"))
+        return
+    ref = TimingStats.of([ms for r in rounds for ms in r]).model_copy(
+        update={"rounds": [statistics.median(r) for r in rounds]})
+    if on_gpu and ref.median > PAIRED_SLOW * record.baseline.median:
+        record.flags.append(Flag(code="unpaired", message=(
+            f"the reference timed beside the candidate ran {ref.median:.4g} ms, "
+            f"{ref.median / record.baseline.median:.2f}x its time alone: pairing not used")))
+        return
+    record.speedup_ci = widened(*paired_interval(ref.rounds, cand))
+    record.speedup_ci_method = "paired_rounds" if live else "paired_live_rounds"
+    if live:
+        record.baseline, record.baseline_source = ref, "live_paired"
+        record.speedup = paired_speedup(ref.rounds, cand)
 
 
 OUTSIDE_SHARE, OUTSIDE_SLACK_MS = 0.1, 1.0

@@ -1,0 +1,122 @@
+"""Paired timing: the reference and the candidate timed in alternating rounds within one
+sample's timing step, so that both see the same machine (clocks, load, drift) and a
+speedup's interval comes from round-by-round ratios (judge/confidence.py).
+
+The candidate's child (child/worker.py) times its own rounds; before each it writes
+`ready_<r>` in the pairing folder and waits for `go_<r>`. This thread, in the parent,
+answers: it stops the child's process group (SIGSTOP: no thread of the candidate runs
+while the reference is timed), has the trusted reference server time the reference's
+rounds due at that point, resumes the child and writes the go. The reference is never
+timed inside the candidate's process, where the candidate could forge its times.
+
+Order ABBA: rounds 2j and 2j+1 run reference, candidate, candidate, reference, so that
+neither side always goes first (a round right after an idle wait may start colder).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import threading
+from pathlib import Path
+
+from kb_eval.timing import paired_rounds
+
+POLL_S = 0.002
+
+
+def reference_rounds_before(r: int, rounds: int) -> list[int]:
+    """The reference rounds to time when the candidate is ready for its round `r`
+    (`r == rounds`: after its last round)."""
+    due = [r - 1] if r % 2 == 0 and r > 0 else []
+    return due + ([r] if r % 2 == 0 and r < rounds else [])
+
+
+class Pairing(threading.Thread):
+    """Answers one candidate child's handshakes for `rounds` rounds; `ref_ms[r]` holds
+    the reference's times of round r. `error` says why pairing failed (the sample then
+    keeps its unpaired interval)."""
+
+    def __init__(self, time_round, folder: Path, rounds: int, forbidden: set[int]):
+        super().__init__(daemon=True, name="kb_eval-pairing")
+        self.time_round = time_round  # (round) -> list of ms, from the reference server
+        self.folder, self.rounds, self.forbidden = folder, rounds, forbidden
+        self.ref_ms: dict[int, list[float]] = {}
+        self.error: str | None = None
+        self.done = threading.Event()
+        folder.mkdir(parents=True, exist_ok=True)
+
+    def run(self) -> None:
+        r = 0
+        while r <= self.rounds and not self.done.is_set():
+            if (self.folder / f"ready_{r}").exists():
+                self._answer(r)
+                r += 1
+            else:
+                self.done.wait(POLL_S)
+
+    def finish(self) -> dict[int, list[float]] | None:
+        """Stop (the child has ended); the reference's rounds, or None when incomplete."""
+        self.done.set()
+        self.join()
+        if self.error is None and len(self.ref_ms) < self.rounds:
+            self.error = f"{len(self.ref_ms)} of {self.rounds} reference rounds timed"
+        return None if self.error else dict(self.ref_ms)
+
+    def _answer(self, r: int) -> None:
+        due = reference_rounds_before(r, self.rounds)
+        pgid = self._child_group() if due and self.error is None else None
+        if due and pgid is None and self.error is None:
+            self.error = "the candidate's child could not be identified"
+        if pgid is not None:
+            os.killpg(pgid, signal.SIGSTOP)
+            try:
+                for q in due:
+                    self.ref_ms[q] = self.time_round(q)
+            except Exception as e:  # noqa: BLE001 - the sample keeps its unpaired interval
+                self.error = f"reference round: {type(e).__name__}: {e}"[:300]
+            finally:
+                os.killpg(pgid, signal.SIGCONT)
+        (self.folder / f"go_{r}.tmp").write_text("")
+        os.replace(self.folder / f"go_{r}.tmp", self.folder / f"go_{r}")
+
+    def _child_group(self) -> int | None:
+        """The process group of the child that wrote its pid before candidate code ran.
+        The file is writable by the candidate later, so the pid must still be a child of
+        ours, lead its own group and not be one we must never stop (the servers)."""
+        try:
+            pid = int((self.folder / "pid").read_text())
+            pgid = os.getpgid(pid)
+            ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return None
+        ok = ppid == os.getpid() and pgid == pid and pgid not in self.forbidden
+        return pgid if ok and pgid != os.getpgid(0) else None
+
+
+def start_pairing(ctx, refs, problem, device: str, run_dir: Path,
+                  payload: dict) -> Pairing | None:
+    """Pair this sample's timing (adds `paired` to the child's payload), unless there is
+    no timing or too few trials for rounds."""
+    rounds = paired_rounds(ctx.config.timing)
+    if payload.get("timing") is None or not rounds:
+        return None
+    folder = run_dir / "pair"
+    shutil.rmtree(folder, ignore_errors=True)  # a retry's child starts afresh
+    payload["paired"] = {"dir": str(folder)}
+    pairing = Pairing(lambda r: refs.time_round(problem, device, r, len(rounds[r])), folder,
+                      len(rounds), refs.server_pids())
+    pairing.start()
+    return pairing
+
+
+def finish_pairing(pairing: Pairing | None) -> dict | None:
+    """What the verdict needs: {"rounds": the reference's times per round} or
+    {"error": why not}; None when the sample was not paired."""
+    if pairing is None:
+        return None
+    ref = pairing.finish()
+    if ref is None:
+        return {"error": pairing.error}
+    return {"rounds": [ref[r] for r in range(pairing.rounds)]}
