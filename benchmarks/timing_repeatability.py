@@ -1,0 +1,81 @@
+"""Issue 14 items 3-4 figures, from files the evaluator wrote (nothing is timed here).
+
+  copies CHECK.json     a `python -m kb_eval.check --harness --out CHECK.json` run (each
+                        problem's reference as its own candidate, live paired baseline):
+                        how many copies' speedups lie in [0.97, 1.03], how many intervals
+                        hold 1.0, how many would count in fast_1_sig (lo > 1), by method.
+  drift A.json B.json   two `python -m kb_eval.baseline --output` passes: |dmean|/mean
+                        and |dmedian|/median per problem, p50 / p90 / max.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+
+def copies(path: Path) -> dict:
+    rows = [r for r in json.loads(path.read_text()).get("problems", []) if r.get("speedup")]
+    cis = [r for r in rows if r.get("speedup_ci")]
+    near = [r for r in rows if 0.97 <= r["speedup"] <= 1.03]
+    holds = [r for r in cis if r["speedup_ci"][0] <= 1.0 <= r["speedup_ci"][1]]
+    sig = [r for r in cis if r["speedup_ci"][0] > 1.0]
+    return {"copies": len(rows), "in_0.97_1.03": len(near), "with_interval": len(cis),
+            "interval_holds_1": len(holds), "fast_1_sig": len(sig),
+            "fast_1_sig_keys": [r["key"] for r in sig],
+            "outside_0.97_1.03": {r["key"]: round(r["speedup"], 4) for r in rows
+                                  if r not in near},
+            "methods": dict(Counter(r.get("speedup_ci_method") for r in rows))}
+
+
+def _stats(path: Path) -> dict:
+    records = json.loads(path.read_text()).get("records", {})
+    return {k: r["timing"] for k, r in records.items() if r.get("timing")}
+
+
+def drift(a: Path, b: Path) -> dict:
+    sa, sb = _stats(a), _stats(b)
+    keys = sorted(set(sa) & set(sb))
+    out = {"problems": len(keys)}
+    for stat in ("mean", "median"):
+        d = np.array([abs(sa[k][stat] - sb[k][stat]) / sa[k][stat] for k in keys]) * 100
+        if d.size:
+            out[stat] = {"p50_pct": round(float(np.percentile(d, 50)), 3),
+                         "p90_pct": round(float(np.percentile(d, 90)), 3),
+                         "max_pct": round(float(d.max()), 3),
+                         "worst": keys[int(d.argmax())]}
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python benchmarks/timing_repeatability.py",
+                                description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="what", required=True)
+    c = sub.add_parser("copies", help="reference copies' speedups and intervals")
+    c.add_argument("check_json", type=Path, help="the JSON of check --harness --out")
+    d = sub.add_parser("drift", help="two baseline passes compared")
+    d.add_argument("a", type=Path, help="first baseline file")
+    d.add_argument("b", type=Path, help="second baseline file")
+    args = p.parse_args(argv)
+    paths = [args.check_json] if args.what == "copies" else [args.a, args.b]
+    for path in paths:
+        if not path.is_file():
+            print(f"timing_repeatability: no such file: {path}", file=sys.stderr)
+            return 2
+    try:
+        result = copies(args.check_json) if args.what == "copies" else drift(args.a, args.b)
+    except (ValueError, KeyError, TypeError) as e:
+        print(f"timing_repeatability: not a file the evaluator wrote: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
