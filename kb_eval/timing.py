@@ -122,11 +122,21 @@ def time_calls(fn: Callable[..., Any], indices: Sequence[int], timer: "_CpuTimer
 
 
 def paired_rounds(settings: TimingSettings) -> list[range]:
-    """The timed calls' indices of each round of a paired timing, `trials` calls in all
-    (the eval's parent, child and reference server agree on them from the settings
-    alone); [] when there are too few trials for two rounds or pairing is off."""
+    """The calls' indices of each round of a paired timing (the eval's parent, child and
+    reference server agree on them from the settings alone): `trials` calls split between
+    the rounds, and the discarded first call (`discard_first`, index 0) at the head of
+    round 0, dropped by both sides as `time_callable` drops it. [] when there are too few
+    trials for two rounds or pairing is off."""
     n, t = min(settings.paired_rounds, settings.trials), settings.trials
-    return [range(r * t // n, (r + 1) * t // n) for r in range(n)] if n >= 2 else []
+    d = 1 if settings.discard_first else 0
+    if n < 2:
+        return []
+    return [range(0 if r == 0 else r * t // n + d, (r + 1) * t // n + d) for r in range(n)]
+
+
+def kept(settings: TimingSettings, r: int, samples: list[float]) -> list[float]:
+    """A paired round's times without the discarded first call (round 0 only)."""
+    return samples[1:] if r == 0 and settings.discard_first else samples
 
 
 _TIMERS: dict[tuple[str, bool], "_CudaTimer"] = {}

@@ -14,15 +14,19 @@ import pytest
 from adversarial.evalrun import run_eval
 from kb_eval.eval.judge.confidence import paired_interval, paired_speedup, widened
 from kb_eval.eval.schedule.pairing import reference_rounds_before
-from kb_eval.timing import TimingSettings, paired_rounds
+from kb_eval.timing import TimingSettings, kept, paired_rounds
 
 HERE = Path(__file__).resolve().parent / "paired"
 
 
 def test_rounds_split_the_trials_exactly():
-    rounds = paired_rounds(TimingSettings(trials=45, paired_rounds=20))
-    assert len(rounds) == 20 and [len(r) for r in rounds].count(2) == 15
-    assert [i for r in rounds for i in r] == list(range(45))
+    settings = TimingSettings(trials=45, paired_rounds=20)  # and the discarded first call
+    rounds = paired_rounds(settings)
+    assert len(rounds) == 20 and [len(r) for r in rounds[1:]].count(2) == 15 - 1
+    assert [i for r in rounds for i in r] == list(range(46))
+    assert len(kept(settings, 0, list(rounds[0]))) == len(rounds[0]) - 1 == 2
+    assert kept(settings, 1, [1.0, 2.0]) == [1.0, 2.0]
+    assert sum(len(kept(settings, r, list(c))) for r, c in enumerate(rounds)) == 45
     assert paired_rounds(TimingSettings(trials=1)) == []  # too few for two rounds
     assert paired_rounds(TimingSettings(trials=50, paired_rounds=0)) == []
 

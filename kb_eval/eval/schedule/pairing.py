@@ -21,7 +21,7 @@ import signal
 import threading
 from pathlib import Path
 
-from kb_eval.timing import paired_rounds
+from kb_eval.timing import kept, paired_rounds
 
 POLL_S = 0.002
 
@@ -105,8 +105,10 @@ def start_pairing(ctx, refs, problem, device: str, run_dir: Path,
     folder = run_dir / "pair"
     shutil.rmtree(folder, ignore_errors=True)  # a retry's child starts afresh
     payload["paired"] = {"dir": str(folder)}
-    pairing = Pairing(lambda r: refs.time_round(problem, device, r, len(rounds[r])), folder,
-                      len(rounds), refs.server_pids())
+    settings = ctx.config.timing
+    pairing = Pairing(lambda r: refs.time_round(
+        problem, device, r, len(kept(settings, r, list(rounds[r])))), folder, len(rounds),
+        refs.server_pids())
     pairing.start()
     return pairing
 
