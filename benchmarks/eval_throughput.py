@@ -2,6 +2,8 @@
 
     python benchmarks/eval_throughput.py                 # GPU: 100 CUDA candidates
     python benchmarks/eval_throughput.py --backend cpp --n 4 --trials 5   # CPU smoke run
+    python benchmarks/corpus/make_corpus.py /tmp/kb_corpus && \
+    python benchmarks/eval_throughput.py --corpus /tmp/kb_corpus   # realistic candidates
 
 Candidates are variants of a few kernels (elementwise scale-add, bias+ReLU, GELU, row
 sum) over problems written to a temporary KernelBench-layout folder; each variant differs
@@ -9,7 +11,13 @@ in block size, unrolling and a variant tag, so every source is distinct and buil
 own. Pass 1 starts from an empty build cache (every candidate compiles); pass 2 evaluates
 the same sources again (every build is a cache hit). Each pass: 5 correctness trials, then
 `--trials` timed calls per candidate, live reference timing. Targets on one H200 with 16
-cores: cold <= 6 min, warm <= 2 min for 100 candidates.
+cores: cold <= 6 min, warm <= 2 min for 100 candidates. `--corpus` evaluates a folder of
+level<L>_problem<ID>_sample<S>.py candidates over `--source` problems instead.
+
+Each pass prints samples/s and the device busy share: the seconds the candidates' timing
+steps held the devices' timing locks (they never overlap on one device) and, as an upper
+bound, those plus correctness and reference seconds (correctness overlaps between the
+children in flight, so it may count more than once), each over wall x devices.
 """
 
 from __future__ import annotations
@@ -202,7 +210,19 @@ def children_cpu_s() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def one_pass(label: str, pairs, config: EvalConfig) -> list:
+def busy_share(records: list, wall: float, devices: int) -> None:
+    """Samples/s and the device busy share (module docstring)."""
+    def total(step: str) -> float:
+        return sum(r.phases.get(step, 0.0) for r in records)
+
+    held = total("child_timing")
+    work = held + total("child_correctness") + total("reference")
+    print(f"  {len(records) / wall:.2f} samples/s; device busy share: timing lock "
+          f"{held / (wall * devices):.0%}, with correctness and reference <= "
+          f"{min(1.0, work / (wall * devices)):.0%} ({devices} device(s))", flush=True)
+
+
+def one_pass(label: str, pairs, config: EvalConfig, devices: int = 1) -> list:
     t0, cpu0 = time.monotonic(), children_cpu_s()
     records = []
     for r in evaluate(pairs, config):
@@ -228,6 +248,7 @@ def one_pass(label: str, pairs, config: EvalConfig) -> list:
         print(f"  speedup median {statistics.median(speedups):.2f}x "
               f"(min {min(speedups):.2f}, max {max(speedups):.2f})")
     print(f"  sample wall (submit to record) median {statistics.median(runs):.1f} s", flush=True)
+    busy_share(records, wall, devices)
     phases = sorted({k for r in records for k in r.phases})
     print("  phases (median / total s): " + ", ".join(
         f"{k} {statistics.median([r.phases.get(k, 0.0) for r in records]):.2f} / "
@@ -236,6 +257,19 @@ def one_pass(label: str, pairs, config: EvalConfig) -> list:
     for r in bad:
         print(f"  ! {r.key} s{r.sample}: {r.status}: {r.error}\n    {(r.detail or '')[-600:]}")
     return records
+
+
+def corpus_pairs(folder: Path, source: str) -> list:
+    """(problem, sample, source) for every candidate file of `folder` (find_candidates'
+    naming), over the problems of `source`."""
+    from kb_eval.eval.candidates import find_candidates
+
+    problems = {(p.level, p.problem_id): p for p in load_problems(source)}
+    files = find_candidates([str(folder)])
+    missing = sorted({(c.level, c.problem_id) for c in files} - set(problems))
+    if missing:
+        sys.exit(f"eval_throughput: {source} lacks problems {missing[:5]}")
+    return [(problems[(c.level, c.problem_id)], c.sample, c.path.read_text()) for c in files]
 
 
 def main() -> int:
@@ -253,6 +287,17 @@ def main() -> int:
                    "4096 on GPU, 256 on CPU)")
     p.add_argument("--cols", type=int, default=None, help="columns (default: 4096 / 256)")
     p.add_argument("--workdir", type=Path, default=None, help="keep files here (default: tmp)")
+    p.add_argument("--lane-depth", type=int, default=EvalConfig().lane_depth,
+                   help="candidate children in flight per device (1: one at a time)")
+    p.add_argument("--load-budget", type=float, default=EvalConfig().load_budget_s,
+                   help="seconds for a candidate's import, init and first call")
+    p.add_argument("--call-budget", type=float, default=EvalConfig().call_budget_s,
+                   help="seconds per later call")
+    p.add_argument("--corpus", type=Path, default=None, help="evaluate this folder of "
+                   "level<L>_problem<ID>_sample<S>.py candidates instead of generated ones")
+    p.add_argument("--source", default=str(Path(__file__).resolve().parents[2] / "shared"
+                                           / "kernelbench"),
+                   help="problems of --corpus (default: ../shared/kernelbench)")
     p.add_argument("--no-pch", action="store_true", help="compile without the precompiled "
                    "torch/extension.h (kb_eval/eval/schedule/pch.py), to measure what it saves")
     args = p.parse_args()
@@ -264,24 +309,30 @@ def main() -> int:
     shutil.rmtree(root / "problems", ignore_errors=True)
     problems_dir = write_problems(root, args.rows or (4096 if gpu else 256),
                                   args.cols or (4096 if gpu else 256))
-    problems = {p.problem_id: p for p in load_problems(str(problems_dir))}
-    pairs = []
-    for i in range(args.n):
-        pid = 1 + i % len(PROBLEMS)
-        pairs.append((problems[pid], i, candidate_source(i, pid, args.backend)))
-    assert len({src for _, _, src in pairs}) == len(pairs), "sources must be distinct"
+    if args.corpus:
+        pairs = corpus_pairs(args.corpus, args.source)
+    else:
+        problems = {p.problem_id: p for p in load_problems(str(problems_dir))}
+        pairs = []
+        for i in range(args.n):
+            pid = 1 + i % len(PROBLEMS)
+            pairs.append((problems[pid], i, candidate_source(i, pid, args.backend)))
+        assert len({src for _, _, src in pairs}) == len(pairs), "sources must be distinct"
     config = EvalConfig(backend=args.backend, live_baseline=True, jobs=args.jobs,
                         correct_trials=args.correct_trials,
                         timing=TimingSettings(trials=args.trials),
                         cache_dir=root / "cache", results_dir=root / "results",
-                        pch=not args.no_pch)
+                        pch=not args.no_pch, lane_depth=args.lane_depth,
+                        load_budget_s=args.load_budget, call_budget_s=args.call_budget)
+    devices = torch.cuda.device_count() if gpu else 1
     print(f"{args.n} distinct {args.backend} candidates over {len(PROBLEMS)} problems, "
           f"{args.jobs} build jobs, {args.correct_trials} correctness trials, "
           f"{args.trials} timed calls; cache {config.cache_dir}", flush=True)
-    cold = one_pass("cold cache", pairs, config)
-    warm = one_pass("warm cache", pairs, config)
+    cold = one_pass("cold cache", pairs, config, devices)
+    warm = one_pass("warm cache", pairs, config, devices)
     ok = all(r.status == "correct" for r in cold + warm)
-    print("all correct" if ok else "NOT all correct")
+    print("all correct" if ok else "NOT all correct (expected with --corpus: it holds "
+          "wrong, slow and crashing candidates on purpose)")
     if args.workdir is None:
         shutil.rmtree(root, ignore_errors=True)
     return 0 if ok else 1

@@ -166,10 +166,27 @@ def add_execution_flags(p: argparse.ArgumentParser, defaults) -> None:
                         "gaps, and run niced so GPU work never waits)")
     g.add_argument("--gpus", default=None,
                    help="GPU ids to evaluate on, comma-separated (default: all visible)")
+    g.add_argument("--cpu-lanes", type=int, default=1,
+                   help="cpp backend: this many device lanes on the CPU, each with its own "
+                        "reference server and timing lock -- stand-ins for GPUs that "
+                        "exercise multi-device scheduling (CI); they share the cores, so "
+                        "their timings are not independent (default: 1)")
     g.add_argument("--build-timeout", type=float, default=defaults.build_timeout_s,
                    help=f"seconds per build (default: {defaults.build_timeout_s:g})")
     g.add_argument("--run-timeout", type=float, default=defaults.run_timeout_s,
                    help=f"seconds per candidate run (default: {defaults.run_timeout_s:g})")
+    g.add_argument("--lane-depth", type=int, default=defaults.lane_depth,
+                   help="candidate children in flight per device: they start, load and run "
+                        "correctness side by side, and their timing steps run one at a time "
+                        "with nothing else on the device (a problem whose memory plan does "
+                        f"not fit twice runs alone) (default: {defaults.lane_depth})")
+    g.add_argument("--load-budget", type=float, default=defaults.load_budget_s,
+                   help="seconds for a candidate's import, init and first call, where lazy "
+                        "compiles happen; over it: `timeout` (default: "
+                        f"{defaults.load_budget_s:g})")
+    g.add_argument("--call-budget", type=float, default=defaults.call_budget_s,
+                   help="seconds per later call of a candidate (its timing step: per call "
+                        f"made); over it: `timeout` (default: {defaults.call_budget_s:g})")
     g.add_argument("--mem-limit-mb", type=int, default=defaults.mem_limit_mb,
                    help=f"host memory per child (default: {defaults.mem_limit_mb})")
     g.add_argument("--no-pch", action="store_true",
@@ -186,9 +203,17 @@ def execution_config(args) -> dict:
         raise UserError(f"--jobs must be at least 1 (got {args.jobs})")
     check_gpus_visible(args.gpus)
     writable_dir(args.cache_dir, "--cache-dir")
+    if not 1 <= args.cpu_lanes <= 8:
+        raise UserError(f"--cpu-lanes must be 1 to 8 (got {args.cpu_lanes})")
+    if not 1 <= args.lane_depth <= 16:
+        raise UserError(f"--lane-depth must be 1 to 16 (got {args.lane_depth})")
+    for flag, value in (("--load-budget", args.load_budget), ("--call-budget", args.call_budget)):
+        if not value > 0:
+            raise UserError(f"{flag} must be a positive number of seconds (got {value:g})")
     cfg = dict(cache_dir=Path(args.cache_dir).resolve(), build_timeout_s=args.build_timeout,
                run_timeout_s=args.run_timeout, mem_limit_mb=args.mem_limit_mb,
-               pch=not args.no_pch,
+               pch=not args.no_pch, lane_depth=args.lane_depth, cpu_lanes=args.cpu_lanes,
+               load_budget_s=args.load_budget, call_budget_s=args.call_budget,
                devices=[g.strip() for g in args.gpus.split(",")] if args.gpus else None)
     if args.jobs:
         cfg["jobs"] = args.jobs

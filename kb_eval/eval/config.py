@@ -37,9 +37,10 @@ class EvalConfig(BaseModel):
         "kernelbench (allclose at atol/rtol); records carry both verdicts")
     live_baseline: bool = Field(False, description="time the reference in this run instead "
                                 "of reading results/baseline/<hw>/<source>/<precision>.json")
-    baseline_mode: str = Field("eager", pattern=r"^(eager|compile-[a-z-]+)$",
-                               description="which baseline file: eager, or compile-<mode> "
-                               "(`python -m kb_eval.baseline --compile <mode>`)")
+    baseline_mode: str = Field("eager", pattern=r"^(eager|compile-[a-z-]+|tvm(-noarch)?)$",
+                               description="which baseline file: eager, compile-<mode> "
+                               "(`python -m kb_eval.baseline --compile <mode>`) or tvm[-noarch] "
+                               "(`--compile tvm [--tvm-no-arch]`)")
     results_dir: Path = Path("results")
     cache_dir: Path = Path(".cache/kb_eval")
     jobs: int = Field(default_factory=lambda: default_jobs(), ge=1,
@@ -51,6 +52,14 @@ class EvalConfig(BaseModel):
                       "flags for C++ builds (GCC; see kb_eval/eval/schedule/pch.py)")
     build_timeout_s: float = Field(600, gt=0)
     run_timeout_s: float = Field(300, gt=0)
+    lane_depth: int = Field(3, ge=1, le=16, description="candidate children in flight per "
+                            "device (their timing steps still run one at a time)")
+    cpu_lanes: int = Field(1, ge=1, le=8, description="cpp backend: device lanes on the "
+                           "CPU (stand-ins for GPUs, to exercise multi-device scheduling)")
+    load_budget_s: float = Field(90, gt=0, description="seconds for a candidate's import, "
+                                 "init and first call (lazy compiles happen there)")
+    call_budget_s: float = Field(30, gt=0, description="seconds per later call (the timing "
+                                 "step: per call it makes)")
     mem_limit_mb: int | None = Field(16000, ge=256)
     extra_env: dict[str, str] = Field(default_factory=dict, description="added to every "
                                       "child's environment (e.g. PATH)")

@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 from kb_eval.isolation.procs import (CHECK_S, LIVE, MARKER, RSS, become_subreaper, file_size,
                                      killpg, reap_orphans)
@@ -30,6 +31,7 @@ class Child:
         self.log_path = Path(log_file.name)
         self.owner = ""  # name of the thread that sent the task
         self.log_base = 0  # log size when the current task was sent
+        self.overran: str | None = None  # the time budget it was killed for
         LIVE.add(self)
 
     @classmethod
@@ -68,9 +70,12 @@ class Child:
             pass  # the child already died; watch() reports it
 
     def watch(self, timeout_s: float, mem_limit_mb: int | None, output_limit: int,
-              done: Path | None = None, poll_s: float = POLL_S) -> str | None:
+              done: Path | None = None, poll_s: float = POLL_S,
+              budget: Callable[[], str | None] | None = None) -> str | None:
         """Wait for exit (or, for a server, for the task's result file `done`); return why
-        we killed it (None if it ended, or answered, by itself)."""
+        we killed it (None if it ended, or answered, by itself). `budget`, asked every
+        CHECK_S, names a time budget the child overran (a "timeout", kept in
+        `self.overran`)."""
         deadline = time.monotonic() + timeout_s
         next_check = 0.0
         while self.proc.poll() is None and not (done is not None and done.exists()):
@@ -83,6 +88,9 @@ class Child:
                     return "output_flood"
                 if mem_limit_mb and RSS.group_mb(self.proc.pid) > mem_limit_mb:
                     return "oom"
+                if budget is not None and (overran := budget()):
+                    self.overran = overran
+                    return "timeout"
             time.sleep(poll_s)
         # A flood written faster than we poll is over the limit all the same.
         return "output_flood" if self._flooded(output_limit) else None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Callable
 
 from kb_eval.isolation.handle import POLL_S, Child
 from kb_eval.isolation.outcome import ChildOutcome, outcome
@@ -16,11 +17,13 @@ THREAD_SAFE = True  # run_isolated may be called from many threads at once
 def run_isolated(target: str, payload: dict, *, workdir: Path, timeout_s: float,
                  mem_limit_mb: int | None = None, env: dict | None = None,
                  output_limit_mb: int = 64, prewarm: bool = False,
-                 warm_cuda: bool = False, poll_s: float = POLL_S) -> ChildOutcome:
+                 warm_cuda: bool = False, poll_s: float = POLL_S,
+                 budget: Callable[[], str | None] | None = None) -> ChildOutcome:
     """Run `target` ("pkg.module:function") as `function(payload, workdir) -> dict` in a
     fresh child. `prewarm` keeps spare children with the same env ready for the next
     calls; `warm_cuda` has them create their CUDA context while they wait (~0.4 s saved
-    per task; only an idle context is created, no kernels run)."""
+    per task; only an idle context is created, no kernels run). `budget` (see
+    Child.watch) may end it early as a "timeout" whose error says which budget."""
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     result_path = workdir / "result.json"
@@ -40,7 +43,10 @@ def run_isolated(target: str, payload: dict, *, workdir: Path, timeout_s: float,
             "result_path": str(result_path)}
     t0 = time.monotonic()
     child.send(task)
-    status = child.watch(timeout_s, mem_limit_mb, output_limit_mb << 20, poll_s=poll_s)
+    status = child.watch(timeout_s, mem_limit_mb, output_limit_mb << 20, poll_s=poll_s,
+                         budget=budget)
     wall = time.monotonic() - t0
     child.kill_all()
-    return outcome(status, child, result_path, wall)
+    out = outcome(status, child, result_path, wall)
+    out.error = child.overran or out.error
+    return out

@@ -34,6 +34,7 @@ import torch
 # the load itself when the candidate arrives.
 import torch.utils.cpp_extension  # noqa: F401
 
+from kb_eval.devlock import DeviceLock
 from kb_eval.eval.wire import outputs
 from kb_eval.eval.child.observe import OutputTypeError, aliased_inputs, observe, output_tensors
 from kb_eval.eval.child.integrity import Snapshot
@@ -54,6 +55,13 @@ BEFORE_PROBE = "before_probe.json"
 
 def set_phase(workdir: Path, phase: str) -> None:
     (workdir / "phase").write_text(phase)
+
+
+def mark(workdir: Path, step: str) -> None:
+    """Where the child is, for the lane's time budgets (schedule/overlap.py): `wait` (for
+    the timing lock: not charged), `setup`, `load` (the candidate's import, init and first
+    call), `call i`, `timing`, `probe`."""
+    (workdir / "progress").write_text(step)
 
 
 _STAGING = outputs.Staging()  # one pinned host buffer for every output this child saves
@@ -130,6 +138,12 @@ def run_candidate(payload: dict, workdir: Path) -> dict:
     seed, n_trials = payload["seed"], payload["correct_trials"]
     steps = Laps()
     set_phase(workdir, "setup")
+    # Device work outside timing holds the device's lock shared, the timing step holds it
+    # alone (kb_eval/devlock.py): neighbours' children never run during a timed call.
+    lock = DeviceLock(payload.get("device_lock"))
+    mark(workdir, "wait")  # queued behind a timing step: not charged to this child
+    lock.acquire("shared")
+    mark(workdir, "setup")
     use_build_dirs(payload)
     module, init = load_problem(payload["problem_code"], precision, device)
     ref_state = reference_model(module, copy_tree(init), precision, device).state_dict()
@@ -141,6 +155,7 @@ def run_candidate(payload: dict, workdir: Path) -> dict:
     watch = Watch(device)  # last thing before candidate code: everything of ours is loaded
 
     set_phase(workdir, "load")
+    mark(workdir, "load")
     steps.lap("setup")
     try:
         candidate = load_module(payload["source"], "kb_candidate")
@@ -167,15 +182,22 @@ def run_candidate(payload: dict, workdir: Path) -> dict:
     steps.lap("correctness")
     if payload.get("timing") is not None:
         set_phase(workdir, "timing")
+        mark(workdir, "wait")
         try:
-            result.update(_time_candidate(model, module, payload, workdir, device, seen,
-                                          watch))
+            lock.acquire("exclusive")
+            steps.lap("wait_lock")
+            mark(workdir, "timing")
+            result.update(_time_candidate(model, module, payload, workdir, device,
+                                          seen, watch))
         except OutputTypeError as e:
             return {**failure("runtime_error", "timing", e), "output_type": True}
         except Exception as e:  # noqa: BLE001
             return {**failure("runtime_error", "timing", e), "seen": seen}
         result["saved"] = list(seen)
         steps.lap("timing")
+        mark(workdir, "wait")
+        lock.acquire("shared")  # back to untimed work
+    mark(workdir, "probe")  # the calls after timing (counting launches, the shape probe)
     watch.check("end")
     result.update(watch.report())
     _shape_probe(model, module, seed, payload, workdir, device, result)
@@ -194,6 +216,8 @@ def _correctness(model, module, payload: dict, trial_prints: list, workdir: Path
     device, precision = torch.device(payload["device"]), payload["precision"]
     buffers = None
     for i, prints in enumerate(trial_prints):
+        if i:  # the first call belongs to the load budget (lazy compiles happen there)
+            mark(workdir, f"call {i}")
         inputs = buffers = into_buffers(buffers, inputs_for(module, payload["seed"],
                                                              ("correct", i), precision, device))
         try:

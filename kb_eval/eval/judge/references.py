@@ -22,11 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kb_eval.eval.judge.crashes import crash_info
-from kb_eval.eval.schedule.context import EvalContext
+from kb_eval.eval.schedule.context import EvalContext, is_cpu
 from kb_eval.eval.wire.labels import parse_label
 from kb_eval.isolation import ChildOutcome, Server
 from kb_eval.problems import Problem
 from kb_eval.results import CrashInfo
+from kb_eval.devlock import device_lock
 from kb_eval.timing import TimingStats
 
 
@@ -119,11 +120,13 @@ class ReferenceStore:
         root = ctx.invocation_dir / "refs"
         self.servers = {d: Server("kb_eval.eval.judge.reference_worker:compare_sample",
                                   ctx.device_env(d), root / d.replace("/", "_"),
-                                  warm_cuda=d != "cpu") for d in ctx.devices}
+                                  warm_cuda=not is_cpu(d)) for d in ctx.devices}
         for server in self.servers.values():
             server.start()  # imports torch while the first builds run
         self._states: dict[str, ReferenceState] = {}
         self._guard = threading.Lock()
+        # A server runs one call at a time; several lanes of a device share it.
+        self._server_locks = {d: threading.Lock() for d in ctx.devices}
 
     def _state(self, problem: Problem) -> ReferenceState:
         with self._guard:
@@ -143,7 +146,7 @@ class ReferenceStore:
             out = self._call(device, payload)
             sizes = (out.result or {}) if out.ok else {}
             state.plan = make_plan(sizes, baseline_peak,
-                                   cfg.mem_limit_mb if device == "cpu" else None)
+                                   cfg.mem_limit_mb if is_cpu(device) else None)
             if state.plan.reason and not drop:  # one line per problem; the run goes on
                 print(f"kb_eval: {problem.key} ({problem.name}) is too large to judge on "
                       f"{device}: {state.plan.reason}", file=sys.stderr)
@@ -199,7 +202,17 @@ class ReferenceStore:
                             tolerance=result.get("tolerance") or {})
 
     def _call(self, device: str, payload: dict) -> ChildOutcome:
-        cfg, server = self.ctx.config, self.servers[device]
+        """One server call, under the device's timing lock (kb_eval/devlock.py): alone
+        when it times the reference (a live baseline, the once-per-problem floor), else
+        shared with the candidate children's untimed work. The device lock is taken
+        before the server's: a paired-timing round (time_round, inside a candidate's
+        timing step) must get the server while another lane waits for the device."""
+        mode = "exclusive" if payload.get("timing") or payload.get("metrics") else "shared"
+        with device_lock(self.ctx.lock_path(device), mode), self._server_locks[device]:
+            return self._call_server(self.servers[device], payload)
+
+    def _call_server(self, server: Server, payload: dict) -> ChildOutcome:
+        cfg = self.ctx.config
         out = server.call(payload, timeout_s=cfg.run_timeout_s, mem_limit_mb=cfg.mem_limit_mb)
         if out.status in ("crashed", "no_result"):  # died, not failed: once more, fresh
             out = server.call(payload, timeout_s=cfg.run_timeout_s, mem_limit_mb=cfg.mem_limit_mb)

@@ -54,6 +54,8 @@ class EvalContext:
         cuda = torch.cuda.is_available()
         backend = config.resolved_backend(cuda)
         kind = config.device_kind(cuda)
+        if kind == "cuda" and config.cpu_lanes > 1:
+            raise UserError("--cpu-lanes is for the cpp backend on the CPU (GPUs: --gpus)")
         if kind == "cuda" and not cuda:
             raise UserError(f"backend {backend} needs a CUDA GPU and none is visible "
                             f"(use --backend cpp on a CPU machine)")
@@ -63,7 +65,7 @@ class EvalContext:
         if config.timing.method != method:
             config = config.model_copy(update={
                 "timing": config.timing.model_copy(update={"method": method})})
-        devices = visible_gpus(config.devices) if kind == "cuda" else ["cpu"]
+        devices = visible_gpus(config.devices) if kind == "cuda" else cpu_lanes(config)
         arch = os.environ.get("TORCH_CUDA_ARCH_LIST") or (hardware.capability or "")
         stamp = time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}-{secrets.token_hex(3)}"
         compiler_env = compiler_front(config)
@@ -91,11 +93,15 @@ class EvalContext:
         return {**self._common_env(), "CUDA_VISIBLE_DEVICES": "", NICE_VAR: "10"}
 
     def device_env(self, device: str) -> dict[str, str]:
-        visible = "" if device == "cpu" else device
+        visible = "" if is_cpu(device) else device
         return {**self._common_env(), "CUDA_VISIBLE_DEVICES": visible}
 
+    def lock_path(self, device: str) -> Path:
+        """The file of `device`'s timing lock (kb_eval/devlock.py), one per invocation."""
+        return self.invocation_dir / "locks" / f"{device.replace('/', '_')}.lock"
+
     def torch_device(self, device: str) -> str:
-        return "cpu" if device == "cpu" else "cuda:0"  # each child sees one GPU
+        return "cpu" if is_cpu(device) else "cuda:0"  # each child sees one GPU
 
     # ---------------------------------------------------------------- baseline
     def _baseline(self, source: str, strict: bool) -> BaselineFile | None:
@@ -155,6 +161,8 @@ class EvalContext:
 
 def _compile_flag(cfg: EvalConfig) -> str:
     mode = cfg.baseline_mode
+    if mode.startswith("tvm"):
+        return " --compile tvm" + (" --tvm-no-arch" if mode == "tvm-noarch" else "")
     return f" --compile {mode.removeprefix('compile-')}" if mode != "eager" else ""
 
 
@@ -177,6 +185,19 @@ def create_checked(config: EvalConfig, problems: list[Problem], may_go_live: boo
         ctx.config = ctx.config.model_copy(update={"live_baseline": True})
         ctx.baseline = ctx.baseline_file = None
         return ctx, f"{e}\nnote: timing the PyTorch reference live in this run instead"
+
+
+def cpu_lanes(config: EvalConfig) -> list[str]:
+    """The CPU's device lanes: one ("cpu"), or `cpu_lanes` named cpu0, cpu1, ... -- stand-ins
+    for GPUs that exercise multi-device scheduling on a CPU machine (CI). They share the
+    cores, so each has its own timing lock but their timings are not independent."""
+    n = config.cpu_lanes
+    return ["cpu"] if n == 1 else [f"cpu{i}" for i in range(n)]
+
+
+def is_cpu(device: str) -> bool:
+    """Whether a lane's device name is the CPU (or a CPU stand-in, cpu_lanes)."""
+    return device.startswith("cpu")
 
 
 def compiler_front(config: EvalConfig) -> dict[str, str]:

@@ -10,19 +10,20 @@ import traceback
 
 from kb_eval.eval.judge.references import ReferenceStore
 from kb_eval.eval.schedule.context import EvalContext
+from kb_eval.eval.schedule.overlap import DeviceSlots
 from kb_eval.eval.schedule.retry import evaluate_sample
 from kb_eval.eval.schedule.sample import SampleTask, finish, new_record
 from kb_eval.results import SampleRecord
 
 
 def evaluate_guarded(ctx: EvalContext, refs: ReferenceStore, task: SampleTask,
-                     device: str) -> SampleRecord:
-    """Evaluate on `device`. An exception of ours while evaluating: once more from the
-    start (a passing fault), then the sample's `eval_error` record; the run goes on
-    either way."""
+                     device: str, slots: DeviceSlots | None = None) -> SampleRecord:
+    """Evaluate on `device` (`slots`: its samples in flight, overlap.py). An exception
+    of ours while evaluating: once more from the start (a passing fault), then the
+    sample's `eval_error` record; the run goes on either way."""
     for attempt in (1, 2):
         try:
-            record = evaluate_sample(ctx, refs, task, device)
+            record = evaluate_sample(ctx, refs, task, device, slots)
             if attempt == 2:
                 record.retried = record.retried or "an exception in the evaluator"
             return record

@@ -1,10 +1,11 @@
-"""Scheduling: builds on CPU workers, evaluations one at a time per device.
+"""Scheduling: builds on CPU workers, evaluations several at a time per device.
 
     submit() ──► build pool (ThreadPoolExecutor of `jobs` build children, no GPU visible)
                    │ built (or cached)           │ compile error / build crash
                    ▼                             ▼
-             ready queue ──► one thread per device (GPU id or "cpu"): candidate child,
-                             then the reference server, which compares on the device
+             ready queue ──► lane_depth threads per device (GPU id or "cpu"): candidate
+                             child, then the reference server, which compares on the
+                             device; timing steps one at a time (overlap.py, devlock.py)
                                        │
                                        ▼
     results() ◄─────────────────── done queue
@@ -30,6 +31,7 @@ from typing import Iterator
 
 from kb_eval.eval.schedule.build import BuildOutcome, Builder, source_sha256
 from kb_eval.eval.schedule.context import EvalContext
+from kb_eval.eval.schedule.overlap import DeviceSlots
 from kb_eval.eval.schedule.reaper import sweep_escapees
 from kb_eval.eval.judge.references import ReferenceStore
 from kb_eval.eval.schedule.lane import clean_up, evaluate_guarded, internal_error
@@ -141,8 +143,11 @@ class EvalPool(RecordStream):
         self.refs = ReferenceStore(ctx)
         self.prefix = f"kb-eval-{next(_POOL_IDS)}-"  # names this pool's threads
         self.builds = ThreadPoolExecutor(cfg.jobs, thread_name_prefix=self.prefix + "build")
+        # lane_depth threads per device: as many samples in flight there (overlap.py)
+        self.slots = {d: DeviceSlots(cfg.lane_depth) for d in ctx.devices}
         self.devices = [threading.Thread(target=self._device_loop, args=(d,), daemon=True,
-                                         name=f"{self.prefix}device-{d}") for d in ctx.devices]
+                                         name=f"{self.prefix}device-{d}-{k}")
+                        for d in ctx.devices for k in range(cfg.lane_depth)]
         for t in self.devices:
             t.start()
 
@@ -152,7 +157,7 @@ class EvalPool(RecordStream):
     # ---------------------------------------------------------------- devices
     def _device_loop(self, device: str) -> None:
         while (task := self.ready.get()) is not _STOP:
-            record = evaluate_guarded(self.ctx, self.refs, task, device)
+            record = evaluate_guarded(self.ctx, self.refs, task, device, self.slots[device])
             self.finish(task, record)
             if self._abandoned:
                 kill_running(self.prefix)

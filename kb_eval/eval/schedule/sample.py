@@ -18,7 +18,8 @@ from kb_eval.eval.judge.crashes import crash_info, status_of
 from kb_eval.eval.judge.references import ReferenceStore
 from kb_eval.eval.judge.verdict import child_failure, judge_sample, labels_to_check
 from kb_eval.eval.schedule.build import BuildOutcome, source_sha256
-from kb_eval.eval.schedule.context import EvalContext
+from kb_eval.eval.schedule.context import EvalContext, is_cpu
+from kb_eval.eval.schedule.overlap import Budgets
 from kb_eval.eval.schedule.reaper import sweep_escapees
 from kb_eval.eval.wire.labels import PROBE_LABEL
 from kb_eval.faults import inject_fault
@@ -98,12 +99,16 @@ def evaluate_once(ctx: EvalContext, refs: ReferenceStore, task: SampleTask,
                "extensions_dir": task.build.extensions_dir,
                "device": ctx.torch_device(device), "precision": cfg.precision,
                "seed": ctx.problem_seed(task.problem), "correct_trials": _trials(cfg, task),
-               "timing": cfg.timing.model_dump(), "recheck_timed": cfg.recheck_timed}
+               "timing": cfg.timing.model_dump(), "recheck_timed": cfg.recheck_timed,
+               "device_lock": str(ctx.lock_path(device))}
     window = _WINDOWS.begin()
+    # The budgets enforce the run timeout less the time queued for the timing lock (at
+    # most the neighbours' runs, depth - 1 of them); this is the hard cap.
     out = run_isolated("kb_eval.eval.child.worker:run_candidate", payload, workdir=run_dir,
-                       timeout_s=cfg.run_timeout_s, mem_limit_mb=cfg.mem_limit_mb,
-                       env=ctx.device_env(device), prewarm=True,
-                       warm_cuda=device != "cpu")
+                       timeout_s=cfg.run_timeout_s * cfg.lane_depth,
+                       mem_limit_mb=cfg.mem_limit_mb, env=ctx.device_env(device),
+                       prewarm=True, warm_cuda=not is_cpu(device),
+                       budget=Budgets(run_dir, cfg))
     alone = _WINDOWS.end(window)
     task.laps.lap("run")
     if sweep_escapees() and alone:

@@ -1,0 +1,88 @@
+"""The per-device timing lock: several candidate children may work on one device at once,
+but a timed region runs alone.
+
+A reader/writer lock across processes, made of two `flock` files next to each other:
+- work on the device that is not timed (a child's setup, load and correctness calls; a
+  reference-server call that times nothing) holds `<path>` shared;
+- a timed region (a candidate's timing step; a reference call that times the reference)
+  holds `<path>` exclusive, so it starts only once every other holder let go, and nothing
+  new starts on the device until it ends;
+- `<path>.gate` makes waiting writers win: a reader passes through it (takes it, then
+  lets go at once) before taking its share, and a writer holds it while it waits, so a
+  stream of new readers cannot keep a timed region waiting for ever.
+
+`flock` locks belong to an open file and die with the process, so a child that crashes or
+is killed while holding one frees it. Several threads of one process each open the files
+themselves, so they exclude each other as separate processes would. The child's holds
+are cooperative (its candidate code shares the process): a candidate that drops them can
+only slow its neighbours' timings, never speed up its own, and one that holds them too
+long is stopped by the lane's time budgets.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+
+class DeviceLock:
+    """The lock of one device, named by its file (each process opens its own)."""
+
+    def __init__(self, path: str | os.PathLike | None):
+        self.path = Path(path) if path else None
+        self._fd: int | None = None
+        self._mode: str | None = None
+
+    def _open(self, suffix: str = "") -> int:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        return os.open(f"{self.path}{suffix}", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+
+    def acquire(self, mode: str) -> None:
+        """Take the lock `shared` or `exclusive` (dropping any hold of the other kind
+        first: going from shared to exclusive while holding would deadlock two such)."""
+        if self.path is None or self._mode == mode:
+            return
+        self.release()
+        gate, fd = self._open(".gate"), self._open()
+        try:
+            fcntl.flock(gate, fcntl.LOCK_EX)
+            fcntl.flock(fd, fcntl.LOCK_EX if mode == "exclusive" else fcntl.LOCK_SH)
+        except BaseException:
+            os.close(fd)
+            raise
+        finally:
+            os.close(gate)  # closing lets go of the gate
+        self._fd, self._mode = fd, mode
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+        self._fd = self._mode = None
+
+    @property
+    def mode(self) -> str | None:
+        return self._mode
+
+    @contextmanager
+    def held(self, mode: str) -> Iterator[None]:
+        """Hold the lock `mode` for the block, then go back to what was held before."""
+        before = self._mode
+        self.acquire(mode)
+        try:
+            yield
+        finally:
+            if before is None:
+                self.release()
+            else:
+                self.acquire(before)
+
+
+@contextmanager
+def device_lock(path: str | os.PathLike | None, mode: str) -> Iterator[None]:
+    """One hold of the device's lock for a block (a fresh open: safe from any thread)."""
+    lock = DeviceLock(path)
+    with lock.held(mode):
+        yield
