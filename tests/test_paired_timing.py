@@ -78,7 +78,7 @@ def test_reference_copies_hold_one_and_a_real_speedup_is_sig(tmp_path, build_cac
     holds = 0
     for name, r in rec.items():
         assert r["correct"] and r["speedup_ci_method"] == "paired_rounds", (name, r)
-        assert r["baseline_source"] == "live_paired"
+        assert r["baseline_source"] == "live"
         assert len(r["baseline"]["rounds"]) == len(r["timing"]["rounds"]) == 20
         lo, hi = r["speedup_ci"]
         assert lo <= r["speedup"] <= hi, (name, r["speedup"], lo, hi)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import statistics
 import time
 import traceback
 from pathlib import Path
@@ -46,7 +47,9 @@ from kb_eval.eval.child.probes import (changed_inputs, changed_since, fingerprin
 from kb_eval.harness import INIT_SEED, inputs_for, load_problem, reference_model
 from kb_eval.inputs import build_model, copy_tree, make_inputs, precision_dtype
 from kb_eval.problems import load_module
-from kb_eval.timing import TimingSettings, time_callable
+from kb_eval.profile.launches import count_or_error
+from kb_eval.timing import (TimingSettings, TimingStats, kept, paired_rounds, time_callable,
+                            time_calls, timer_for)
 
 CUDA_ERROR_MARKERS = ("CUDA error", "CUDA_ERROR", "illegal memory access", "cudaError",
                       "device-side assert", "unspecified launch failure")
@@ -144,6 +147,8 @@ def run_candidate(payload: dict, workdir: Path) -> dict:
     mark(workdir, "wait")  # queued behind a timing step: not charged to this child
     lock.acquire("shared")
     mark(workdir, "setup")
+    if payload.get("paired"):  # who the parent stops while it times the reference
+        (Path(payload["paired"]["dir"]) / "pid").write_text(str(os.getpid()))
     use_build_dirs(payload)
     module, init = load_problem(payload["problem_code"], precision, device)
     ref_state = reference_model(module, copy_tree(init), precision, device).state_dict()
@@ -198,6 +203,7 @@ def run_candidate(payload: dict, workdir: Path) -> dict:
         mark(workdir, "wait")
         lock.acquire("shared")  # back to untimed work
     mark(workdir, "probe")  # the calls after timing (counting launches, the shape probe)
+    result["launches"] = _launches(model, module, payload, device)
     watch.check("end")
     result.update(watch.report())
     _shape_probe(model, module, seed, payload, workdir, device, result)
@@ -260,6 +266,7 @@ def _time_candidate(model, module, payload: dict, workdir: Path, device: torch.d
     as the reference's timing, so the times compare."""
     settings = TimingSettings.model_validate(payload["timing"])
     dtype = precision_dtype(payload["precision"])
+    rounds = paired_rounds(settings) if payload.get("paired") else []
     n_calls = settings.trials + (1 if settings.discard_first else 0)
     # Which timed calls are re-checked is drawn after each call returns (selection
     # sampling), so the candidate cannot know in advance which calls count.
@@ -294,8 +301,50 @@ def _time_candidate(model, module, payload: dict, workdir: Path, device: torch.d
 
     ledger = watch.ledger
     with torch.no_grad():
-        stats = time_callable(timed, settings, device, args_for_trial, on_output)
+        if rounds:
+            stats = _time_paired(timed, settings, device, args_for_trial, on_output,
+                                 Path(payload["paired"]["dir"]), rounds, ledger.call_ended)
+        else:
+            stats = time_callable(timed, settings, device, args_for_trial, on_output)
     return {"timing": stats.model_dump(), "threads_work": ledger.report()}
+
+
+def _time_paired(fn, settings: TimingSettings, device: torch.device, args, on_output,
+                 folder: Path, rounds: list[range], untimed_ended) -> TimingStats:
+    """The candidate's side of a paired timing (schedule/pairing.py): per round, one
+    untimed call then the round's timed ones, the parent told before each round and after
+    the last (it times the reference's rounds meanwhile, this process stopped). Its
+    rounds are the medians of each round's calls, matched to the reference's round by
+    round. `untimed_ended` after each round's untimed call: the ledger counts it as a
+    call (work in it is the call's, not work outside the calls)."""
+    for i in range(settings.warmup):
+        fn(*args(-1 - i))
+    samples, medians = [], []
+    for r, calls in enumerate(rounds):
+        _handshake(folder, r, device)
+        fn(*args(-1 - settings.warmup - r))  # the round's first call: not timed (either side)
+        untimed_ended()
+        ms = kept(settings, r, time_calls(fn, calls, timer_for(device, settings.flush_l2),
+                                          args, on_output))
+        samples += ms
+        medians.append(statistics.median(ms))
+    _handshake(folder, len(rounds), device)
+    return TimingStats.of(samples).model_copy(update={"rounds": medians})
+
+
+HANDSHAKE_WAIT_S = 300.0
+
+
+def _handshake(folder: Path, r: int, device: torch.device) -> None:
+    """Tell the parent that round `r` may start (our work finished first), wait for its
+    go. Its thread answers every ready; the wait is bounded all the same, and a go the
+    candidate wrote itself gains nothing: the parent stops this process group for the
+    reference's rounds whatever the files say."""
+    sync(device)
+    (folder / f"ready_{r}").write_text("")
+    deadline = time.monotonic() + HANDSHAKE_WAIT_S
+    while not (folder / f"go_{r}").exists() and time.monotonic() < deadline:
+        time.sleep(0.0005)
 
 
 def _recheck(tensors, module, current: dict, i: int, device, dtype, workdir: Path,
@@ -308,6 +357,15 @@ def _recheck(tensors, module, current: dict, i: int, device, dtype, workdir: Pat
     calm = settled(tensors, device, 0.0, lambda ts: save_outputs(workdir, label, ts))
     seen[label] = {"aliased": aliased_inputs(tensors, inputs), "mutated": mutated,
                    "devices": [t.device.type for t in tensors], "unsettled": not calm}
+
+
+def _launches(model, module, payload: dict, device: torch.device) -> dict:
+    """Kernels (CUDA) or outermost aten calls (CPU) of one profiled call on the first
+    trial's inputs, as the reference server counts its own (kb_eval/profile/launches.py).
+    After correctness and timing, so it costs them nothing; counted in this process, so
+    the candidate could fake it: diagnostics, never scored."""
+    inputs = inputs_for(module, payload["seed"], ("correct", 0), payload["precision"], device)
+    return count_or_error(lambda: model(*inputs), device)
 
 
 def _shape_probe(model, module, seed: int, payload: dict, workdir: Path,

@@ -39,12 +39,14 @@ from kb_eval.eval.judge.correctness import judge_file, resolve_tolerance
 from kb_eval.eval.child.observe import observe, output_tensors
 from kb_eval.eval.wire.labels import label_name
 from kb_eval.eval.child.probes import (changed_since, copy_bandwidth, empty_call_ms,
-                                       fingerprints, probe_inputs, sync, tensor_bytes)
+                                       fingerprints, into_buffers, probe_inputs, sync,
+                                       tensor_bytes)
 from kb_eval.harness import inputs_for, load_problem, reference_model, time_model
 from kb_eval.faults import inject_fault
 from kb_eval.inputs import (cast_tree, make_init_inputs, make_inputs, precision_dtype,
                             set_precision_flags)
-from kb_eval.timing import TimingSettings
+from kb_eval.profile.launches import count_or_error
+from kb_eval.timing import TimingSettings, kept, paired_rounds, time_calls, timer_for
 
 MAX_PROBLEMS = 8  # problems kept loaded (models hold their weights)
 # Reference outputs kept on a GPU between samples: at most this share of its memory. They
@@ -188,6 +190,8 @@ def compare_sample(payload: dict, workdir: Path) -> dict:
     device = torch.device(payload["device"])
     if payload.get("plan"):
         return plan_problem(payload, device)
+    if payload.get("time_calls"):
+        return time_round(payload, device)
     inject_fault("reference_kill")
     p = _problem(payload, device)
     compare = payload["compare"]
@@ -228,6 +232,37 @@ def compare_sample(payload: dict, workdir: Path) -> dict:
     del refs, truth
     release(device)
     return result
+
+
+def time_round(payload: dict, device: torch.device) -> dict:
+    """Round `round` of a paired timing (schedule/pairing.py): that round's calls of the
+    reference, each on fresh inputs drawn before its clock starts, here where no
+    candidate code runs; the candidate's child is stopped meanwhile. One untimed call
+    first (the candidate's rounds start the same way), and the run's warmup before the
+    first round."""
+    p = _problem(payload, device)
+    settings = TimingSettings.model_validate(payload["timing"])
+    r = int(payload["round"])
+    module, seed, precision = p.module, payload["seed"], payload["precision"]
+
+    held: list = [None]
+
+    def args(i: int) -> list:
+        # Drawn, then copied into the previous call's buffers, as the candidate's child
+        # does (child/worker.py): both sides then allocate alike around their calls (a
+        # CPU output's pages may otherwise be faulted in inside one side's timed calls).
+        held[0] = into_buffers(held[0], inputs_for(module, seed, ("timing", i), precision,
+                                                   device))
+        return held[0]
+
+    with torch.no_grad():
+        for i in range(1 + (settings.warmup if r == 0 else 0)):
+            p.model(*args(-1 - i))
+        sync(device)
+        ms = kept(settings, r, time_calls(p.model, paired_rounds(settings)[r],
+                                          timer_for(device, settings.flush_l2), args))
+    release(device)
+    return {"ms": ms}
 
 
 def _reset_peak(device: torch.device) -> int:
@@ -301,7 +336,9 @@ def _floor_metrics(p: Problem, payload: dict, device: torch.device,
         deterministic = None if p.first is None else fingerprints(outs) == p.first
         in_bytes, out_bytes = tensor_bytes(list(inputs)), tensor_bytes(outs)
         peak = None if p.peak_bytes is None else in_bytes + p.peak_bytes
+        launches = count_or_error(lambda: p.model(*inputs), device)  # once per problem
         return {"in_bytes": in_bytes, "out_bytes": out_bytes, "peak_bytes": peak,
+                "launches": launches,
                 "deterministic": deterministic,
                 "l2_bytes": l2, "empty_call_ms": empty_call_ms(device, settings, inputs),
                 "copy_bytes_per_s": copy_bandwidth(device)}

@@ -201,6 +201,25 @@ class ReferenceStore:
         return ReferenceRun(state, seen=result.get("seen", {}), diffs=result.get("diffs", {}),
                             tolerance=result.get("tolerance") or {})
 
+    def time_round(self, problem: Problem, device: str, r: int, k: int) -> list[float]:
+        """The reference's round `r` of a paired timing (schedule/pairing.py): its `k`
+        timed calls (ms). Not under the device lock: the sample's candidate child holds it
+        alone for its whole timing step, rounds of both sides included."""
+        cfg, server = self.ctx.config, self.servers[device]
+        payload = {"time_calls": True, "round": r, "problem_code": problem.code,
+                   "device": self.ctx.torch_device(device), "precision": cfg.precision,
+                   "seed": self.ctx.problem_seed(problem), "timing": cfg.timing.model_dump()}
+        with self._server_locks[device]:
+            out = server.call(payload, timeout_s=cfg.run_timeout_s, mem_limit_mb=cfg.mem_limit_mb)
+        ms = (out.result or {}).get("ms") if out.ok else None
+        if not isinstance(ms, list) or len(ms) != k:
+            raise RuntimeError(f"reference round {r}: {out.describe()}")
+        return [float(x) for x in ms]
+
+    def server_pids(self) -> set[int]:
+        """The servers' processes: never stopped by a paired timing."""
+        return {s.child.proc.pid for s in self.servers.values() if s.child is not None}
+
     def _call(self, device: str, payload: dict) -> ChildOutcome:
         """One server call, under the device's timing lock (kb_eval/devlock.py): alone
         when it times the reference (a live baseline, the once-per-problem floor), else

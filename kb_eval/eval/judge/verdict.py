@@ -154,7 +154,7 @@ def _use_pairing(record: SampleRecord, paired: dict | None, live: bool, on_gpu: 
     record.speedup_ci = widened(*paired_interval(ref.rounds, cand))
     record.speedup_ci_method = "paired_rounds" if live else "paired_live_rounds"
     if live:
-        record.baseline, record.baseline_source = ref, "live_paired"
+        record.baseline = ref  # still "live": the method names the pairing
         record.speedup = paired_speedup(ref.rounds, cand)
 
 

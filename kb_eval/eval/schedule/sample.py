@@ -20,12 +20,14 @@ from kb_eval.eval.judge.verdict import child_failure, judge_sample, labels_to_ch
 from kb_eval.eval.schedule.build import BuildOutcome, source_sha256
 from kb_eval.eval.schedule.context import EvalContext, is_cpu
 from kb_eval.eval.schedule.overlap import Budgets
+from kb_eval.eval.schedule.pairing import finish_pairing, start_pairing
 from kb_eval.eval.schedule.reaper import sweep_escapees
 from kb_eval.eval.wire.labels import PROBE_LABEL
 from kb_eval.faults import inject_fault
 from kb_eval.isolation import ChildOutcome, run_isolated
 from kb_eval.problems import Problem
-from kb_eval.results import Flag, SampleRecord
+from kb_eval.profile.launches import paired_counts
+from kb_eval.results import Flag, LaunchCounts, SampleRecord
 
 
 @dataclass
@@ -101,6 +103,7 @@ def evaluate_once(ctx: EvalContext, refs: ReferenceStore, task: SampleTask,
                "seed": ctx.problem_seed(task.problem), "correct_trials": _trials(cfg, task),
                "timing": cfg.timing.model_dump(), "recheck_timed": cfg.recheck_timed,
                "device_lock": str(ctx.lock_path(device))}
+    pairing = start_pairing(ctx, refs, task.problem, device, run_dir, payload)
     window = _WINDOWS.begin()
     # The budgets enforce the run timeout less the time queued for the timing lock (at
     # most the neighbours' runs, depth - 1 of them); this is the hard cap.
@@ -110,6 +113,7 @@ def evaluate_once(ctx: EvalContext, refs: ReferenceStore, task: SampleTask,
                        prewarm=True, warm_cuda=not is_cpu(device),
                        budget=Budgets(run_dir, cfg))
     alone = _WINDOWS.end(window)
+    paired = finish_pairing(pairing)
     task.laps.lap("run")
     if sweep_escapees() and alone:
         record.flags.append(Flag(code="left_processes", severity="warning",
@@ -142,11 +146,14 @@ def evaluate_once(ctx: EvalContext, refs: ReferenceStore, task: SampleTask,
     labels = [lb for lb in labels if lb in ref.diffs]
     inject_fault("judge_exception")
     judge_sample(ctx, task.problem, task.source, _trials(cfg, task), record, result, labels,
-                 ref)
+                 ref, paired)
     metrics = ref.state.metrics or {}
     record.memory = {"reference_peak": metrics.get("peak_bytes"),
                      "candidate_peak": _int_or_none(result.get("peak_mem_bytes"))}
     record.reference_deterministic = metrics.get("deterministic")
+    if record.correct:
+        record.launches = LaunchCounts(**paired_counts(result.get("launches"),
+                                                       metrics.get("launches")))
     task.laps.lap("judge")
     return finish(record, task)
 
