@@ -178,8 +178,9 @@ def add_execution_flags(p: argparse.ArgumentParser, defaults) -> None:
     g.add_argument("--lane-depth", type=int, default=defaults.lane_depth,
                    help="candidate children in flight per device: they start, load and run "
                         "correctness side by side, and their timing steps run one at a time "
-                        "with nothing else on the device (a problem whose memory plan does "
-                        f"not fit twice runs alone) (default: {defaults.lane_depth})")
+                        "with nothing else on the device (a large problem, by its memory "
+                        "plan, runs with fewer or no neighbours) "
+                        f"(default: {defaults.lane_depth})")
     g.add_argument("--load-budget", type=float, default=defaults.load_budget_s,
                    help="seconds for a candidate's import, init and first call, where lazy "
                         "compiles happen; over it: `timeout` (default: "

@@ -92,7 +92,8 @@ CUDA_SRC = r"""
 #include <torch/extension.h>
 #include <cuda_runtime.h>
 
-__global__ void op_{tag}(const float* __restrict__ x, float* __restrict__ out, int64_t n, float p) {{
+__global__ void op_{tag}(const float* __restrict__ x, float* __restrict__ out, int64_t n,
+                        float p) {{
     int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     {guard}
     if (i < n{limit}) {{

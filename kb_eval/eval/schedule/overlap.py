@@ -4,8 +4,11 @@ its lane.
 A device runs up to `lane_depth` samples at once (pool.py starts that many lane threads
 per device); their children start, load, compile and run correctness side by side, and
 the device's timing lock (kb_eval/devlock.py) makes each timing step run alone.
-`DeviceSlots` narrows that per problem with the memory plan: a sample whose reference
-footprint would not fit twice in what the device offers runs with no neighbour.
+`DeviceSlots` narrows that per problem with the memory plan: a child is counted at three
+times the reference's footprint (its inputs and outputs, the copies it stages, and the
+reference server comparing another sample beside it), and a problem of which fewer than
+`lane_depth` such fit in what the device offers takes as many slots as that leaves it
+(one that fits once runs with no neighbour).
 
 `Budgets` reads where the child says it is (its `progress` file, child/worker.py `mark`)
 and names the budget it overran: the load budget for the candidate's import, init and
@@ -26,24 +29,32 @@ from typing import Iterator
 from kb_eval.eval.config import EvalConfig
 
 PROGRESS = "progress"
+CHILD_FOOTPRINT = 3  # a child in flight, in reference footprints (module docstring)
 
 
 class DeviceSlots:
-    """Up to `depth` samples in flight on one device; a wide one takes them all (and new
-    narrow ones wait behind it, so it is not starved)."""
+    """Up to `depth` samples in flight on one device; a wide one takes several slots (and
+    new narrow ones wait behind it, so it is not starved)."""
 
     def __init__(self, depth: int):
         self.depth, self.used, self.wide_waiting = depth, 0, 0
         self.cond = threading.Condition()
 
+    def width(self, need_bytes: int | None, free_bytes: int | None) -> int:
+        """Slots a sample of this footprint takes (module docstring)."""
+        if not need_bytes or not free_bytes:
+            return 1
+        fit = max(1, free_bytes // (CHILD_FOOTPRINT * need_bytes))
+        return min(self.depth, -(-self.depth // fit))
+
     @contextmanager
-    def held(self, alone: bool) -> Iterator[None]:
-        width = self.depth if alone else 1
+    def held(self, width: int) -> Iterator[None]:
+        wide = width > 1
         with self.cond:
-            self.wide_waiting += alone
+            self.wide_waiting += wide
             self.cond.wait_for(lambda: self.used + width <= self.depth
-                               and (alone or not self.wide_waiting))
-            self.wide_waiting -= alone
+                               and (wide or not self.wide_waiting))
+            self.wide_waiting -= wide
             self.used += width
         try:
             yield
@@ -51,11 +62,6 @@ class DeviceSlots:
             with self.cond:
                 self.used -= width
                 self.cond.notify_all()
-
-
-def runs_alone(need_bytes: int | None, free_bytes: int | None) -> bool:
-    """Whether two of this problem's samples would not fit on the device side by side."""
-    return bool(need_bytes and free_bytes and 2 * need_bytes > free_bytes)
 
 
 class Budgets:

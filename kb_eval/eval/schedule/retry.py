@@ -8,7 +8,7 @@ from kb_eval.eval.judge.references import MemoryPlan, ReferenceStore
 from kb_eval.eval.judge.verdict import trials_for
 from kb_eval.eval.schedule.build import BuildOutcome
 from kb_eval.eval.schedule.context import EvalContext
-from kb_eval.eval.schedule.overlap import DeviceSlots, runs_alone
+from kb_eval.eval.schedule.overlap import DeviceSlots
 from kb_eval.eval.schedule.sample import SampleTask, evaluate_once, finish, new_record
 from kb_eval.problems import reference_copy
 from kb_eval.results import BuildInfo, SampleRecord
@@ -19,15 +19,14 @@ def evaluate_sample(ctx: EvalContext, refs: ReferenceStore, task: SampleTask,
     """On one device: check the memory plan, evaluate, and evaluate once more when the
     first try failed for a reason that may be the evaluator's (a fault persisting on the
     retry is `eval_error`, never the candidate's). Returns the finished record. `slots`:
-    the device's samples in flight (overlap.py); a problem that would not fit twice runs
-    with no neighbour."""
+    the device's samples in flight (overlap.py); a large problem takes several, or all."""
     task.laps.lap("wait")
     plan = refs.plan(task.problem, device, ctx.baseline_peak(task.problem))
     if not plan.fits:
         return finish(unjudged(ctx, task, "too_large", plan.reason, plan), task)
     if slots is None:
         return _evaluate_planned(ctx, refs, task, device, plan)
-    with slots.held(runs_alone(plan.need_bytes, plan.free_bytes)):
+    with slots.held(slots.width(plan.need_bytes, plan.free_bytes)):
         task.laps.lap("wait_slot")
         return _evaluate_planned(ctx, refs, task, device, plan)
 
