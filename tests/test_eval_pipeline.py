@@ -47,6 +47,20 @@ def test_correct_cpp_kernel(run):
     assert r["speedup"] > 0
 
 
+def test_launch_counts_recorded_for_correct_samples(run):
+    """One profiled call per side (CPU: outermost aten operators): the reference's
+    2 * x + y is aten::mul then aten::add; the fused C++ op dispatches only the
+    allocation of its output."""
+    launches = run["by"][(1, 0)]["launches"]
+    assert launches["unit"] == "aten_ops" and launches["error"] is None, launches
+    assert launches["reference"] == 2
+    assert launches["candidate"] == 1, launches  # aten::empty_like
+    assert "untrusted" in launches["candidate_source"]
+    assert run["by"][(2, 0)]["launches"]["reference"] == 2  # aten::linear, aten::relu
+    wrong = [s for s in run["data"]["samples"] if not s["correct"]]
+    assert wrong and all(s["launches"] is None for s in wrong)
+
+
 def test_correct_python_model_gets_reference_weights(run):
     r = run["by"][(2, 0)]
     assert r["status"] == "correct", r
