@@ -81,10 +81,14 @@ RECHECK_TIMED_DEFAULT = 8
 
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")  # torch.compile's modes
+# Baseline files of Apache TVM builds (`kb_eval.baseline --compile tvm [--tvm-no-arch]`)
+TVM_BASELINES = ("tvm", "tvm-noarch")
 
 
 def baseline_mode(compile_mode: str | None) -> str:
     """EvalConfig.baseline_mode (and the baseline file's suffix) of --baseline-compile."""
+    if compile_mode in TVM_BASELINES:  # the file's own suffix: <precision>_tvm.json
+        return compile_mode
     return f"compile-{compile_mode}" if compile_mode else "eager"
 
 
@@ -100,6 +104,13 @@ def add_checking_flags(p: argparse.ArgumentParser) -> None:
                         "for bf16)")
     g.add_argument("--rtol", type=float, default=None,
                    help="relative tolerance (default: as --atol)")
+    g.add_argument("--tolerance", choices=["f64", "kernelbench"], default="f64",
+                   help="which rule decides correctness: f64 = error against the reference "
+                        "run in float64 within 256x the reference's own error (64x in norm), "
+                        "so another summation order passes and a TF32/fp16/bf16 shortcut "
+                        "fails; kernelbench = allclose at --atol/--rtol. Every record carries "
+                        "both verdicts; a problem file may name its own (KB_TOLERANCE) "
+                        "(default: f64)")
     g.add_argument("--keep-workdirs", action="store_true",
                    help="keep each sample's scratch folder (outputs, logs) for debugging")
     g.add_argument("--live-baseline", action="store_true",
@@ -107,11 +118,13 @@ def add_checking_flags(p: argparse.ArgumentParser) -> None:
                         "results/baseline/<hardware>/<source>/<precision>.json (timed live "
                         "anyway, with a note, when that file is missing or lacks a problem)")
     g.add_argument("--baseline-compile", default=None, metavar="MODE",
-                   choices=COMPILE_MODES,
+                   choices=[*COMPILE_MODES, *TVM_BASELINES],
                    help="score against the torch.compile baseline file made by `python -m "
                         "kb_eval.baseline --compile MODE` (one of "
-                        f"{', '.join(COMPILE_MODES)}) instead of the eager one; a missing "
-                        "file is an error, never replaced by live timing")
+                        f"{', '.join(COMPILE_MODES)}), or the Apache TVM one (tvm: "
+                        "`--compile tvm`; tvm-noarch: `--compile tvm --tvm-no-arch`), instead "
+                        "of the eager one; a missing file is an error, never replaced by "
+                        "live timing")
 
 
 def check_tolerances(args) -> None:

@@ -33,7 +33,7 @@ class Defaults(BaseModel):
     correct_trials: int = Field(5, ge=1)
     build_timeout_s: float = Field(600, gt=0)
     run_timeout_s: float = Field(300, gt=0)
-    lane_depth: int = Field(3, ge=1, le=16)  # candidate children in flight per device
+    lane_depth: int = Field(1, ge=1, le=16)  # children in flight per device (1: see eval/config.py)
     load_budget_s: float = Field(90, gt=0)  # a candidate's import, init and first call
     call_budget_s: float = Field(30, gt=0)  # each later call
     mem_limit_mb: int = Field(16000, ge=256)

@@ -102,3 +102,40 @@ def test_without_the_architecture_is_an_explicit_generic_arch():
     facts = target_facts(target, TvmOptions(arch=False))
     assert facts["arch"] == GENERIC_CUDA_ARCH == "sm_50"
     assert facts["arch_source"].startswith("generic (sm_50")
+
+
+def test_eval_scores_against_the_tvm_file(tmp_path, build_cache_dir):
+    """--baseline-compile tvm: the eval reads <precision>_tvm.json (made by --compile tvm)
+    and every correct sample's speedup is over TVM's median, not eager's."""
+    from candidates import eval_kit as kit
+    results = tmp_path / "results"
+    proc = baseline("--source", str(kit.PROBLEMS), "--compile", "tvm", "--trials", "3",
+                    "--warmup", "1", "--results-dir", str(results), cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    tvm_file = results / "baseline" / "cpu" / "local-problems" / "fp32_tvm.json"
+    medians = {k: r["timing"]["median"]
+               for k, r in json.loads(tvm_file.read_text())["records"].items()}
+    cands = tmp_path / "cands"
+    cands.mkdir()
+    (cands / "level1_problem1_sample0.py").write_text(
+        (kit.CPP / "level1_problem1_sample0.py").read_text())
+    proc = kit.cli("--candidates", str(cands), "--source", str(kit.PROBLEMS), "--backend",
+                   "cpp", "--baseline-compile", "tvm", "--trials", "3", "--warmup", "1",
+                   "--name", "m", "--run", "r1", "--results-dir", str(results),
+                   "--cache-dir", str(build_cache_dir))
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    run = json.loads((results / "m" / "r1" / "results.json").read_text())
+    assert run["baseline"] == str(tvm_file)
+    (rec,) = run["samples"]
+    assert rec["status"] == "correct" and rec["baseline"]["median"] == medians[rec["key"]]
+    assert rec["speedup"] == pytest.approx(medians[rec["key"]] / rec["timing"]["median"])
+
+
+def test_missing_tvm_file_names_the_command(tmp_path):
+    from candidates import eval_kit as kit
+    proc = kit.cli("--candidates", str(kit.CPP), "--source", str(kit.PROBLEMS), "--backend",
+                   "cpp", "--baseline-compile", "tvm-noarch", "--results-dir",
+                   str(tmp_path / "results"), "--name", "m", "--run", "r1")
+    assert proc.returncode == 2
+    assert "fp32_tvm-noarch.json is missing" in proc.stderr
+    assert "--compile tvm --tvm-no-arch" in proc.stderr and "Traceback" not in proc.stderr

@@ -87,6 +87,7 @@ def make_config(args, defaults, cuda: bool) -> EvalConfig:
     cfg = dict(backend=backend, precision=args.precision, correct_trials=args.correct_trials,
                timing=TimingSettings(warmup=warmup, trials=trials),
                recheck_timed=args.recheck_timed, atol=args.atol, rtol=args.rtol,
+               tolerance=args.tolerance,
                live_baseline=args.live_baseline, results_dir=args.results_dir,
                baseline_mode=baseline_mode(args.baseline_compile),
                keep_workdirs=args.keep_workdirs, **execution_config(args),

@@ -27,7 +27,7 @@ CPU_QUICK = ("bert", "b64s64")
 # Flags a --resume takes from the run when not given again (so the run stays one run).
 RESUMED_FLAGS = ("source", "level", "problems", "name", "backend", "precision", "prompt",
                  "samples", "turns", "trials", "warmup", "correct_trials", "live_baseline",
-                 "recheck_timed", "atol", "rtol", "baseline_compile")
+                 "recheck_timed", "atol", "rtol", "baseline_compile", "tolerance")
 
 
 def build_parser(defaults) -> Parser:
@@ -114,7 +114,7 @@ def flag_defaults(defaults) -> dict:
             "prompt": "one_shot", "samples": 1, "turns": 1, "trials": None,
             "warmup": None, "correct_trials": defaults.correct_trials,
             "live_baseline": False, "recheck_timed": RECHECK_TIMED_DEFAULT, "atol": None,
-            "rtol": None, "baseline_compile": None}
+            "rtol": None, "baseline_compile": None, "tolerance": "f64"}
 
 
 def fill_flags(args, defaults, stored: dict) -> None:
@@ -181,7 +181,7 @@ def eval_config(args, defaults, cuda: bool):
                timing=TimingSettings(warmup=args.warmup, trials=args.trials),
                live_baseline=bool(args.live_baseline), recheck_timed=args.recheck_timed,
                baseline_mode=baseline_mode(args.baseline_compile),
-               atol=args.atol, rtol=args.rtol,
+               atol=args.atol, rtol=args.rtol, tolerance=args.tolerance,
                keep_workdirs=args.keep_workdirs,
                # absolute: the build and run children work in other folders
                results_dir=Path(args.results_dir).resolve(), **execution_config(args),
