@@ -5,7 +5,6 @@ built and run (eval and run both evaluate)."""
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 from pathlib import Path
