@@ -68,6 +68,13 @@ class TimingStats(BaseModel):
                    p25=q[0], p75=q[2], n=len(xs), rounds=round_medians(samples_ms))
 
 
+# The environment of every process that times a call (the candidate's child, the
+# reference server, the baseline stage's children), the same on both sides. OpenMP's
+# default lets a pool's threads spin for a while after each parallel region: that spin is
+# CPU used between calls by threads of the candidate's process, which the check for work
+# outside the calls (eval/child/threads.py) would charge to an honest kernel using OpenMP.
+# Passive threads sleep at once; whatever CPU a thread still uses between calls is work.
+TIMED_PROCESS_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
 MAX_ROUNDS = 20
 
 

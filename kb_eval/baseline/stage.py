@@ -18,7 +18,7 @@ from kb_eval.isolation import run_isolated
 from kb_eval.problems import Problem
 from kb_eval.results import (BaselineFile, BaselineRecord, HardwareInfo, Producer,
                              baseline_path, now_iso, read_model, write_json_atomic)
-from kb_eval.timing import TimingSettings
+from kb_eval.timing import TIMED_PROCESS_ENV, TimingSettings
 
 TASK = "kb_eval.baseline.task:time_reference"
 
@@ -113,7 +113,8 @@ def _open_file(path: Path, job: BaselineJob, hardware: HardwareInfo) -> Baseline
 
 def _time_one(problem: Problem, job: BaselineJob, secret: int, gpu: int | None,
               tmp: Path) -> BaselineRecord:
-    env = {"CUDA_VISIBLE_DEVICES": "" if job.device == "cpu" else str(gpu if gpu is not None else 0)}
+    env = {**TIMED_PROCESS_ENV,
+           "CUDA_VISIBLE_DEVICES": "" if job.device == "cpu" else str(gpu if gpu is not None else 0)}
     payload = {"code": problem.code, "precision": job.precision, "mode": job.mode,
                "timing": job.timing.model_dump(), "secret": secret,
                "device": "cpu" if job.device == "cpu" else "cuda:0"}

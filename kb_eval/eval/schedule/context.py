@@ -25,7 +25,7 @@ from kb_eval.inputs import derive_seed
 from kb_eval.isolation import NICE_VAR
 from kb_eval.problems import Problem
 from kb_eval.results import BaselineFile, HardwareInfo, baseline_path, read_model
-from kb_eval.timing import TimingStats, method_for
+from kb_eval.timing import TIMED_PROCESS_ENV, TimingStats, method_for
 
 
 @dataclass
@@ -94,7 +94,7 @@ class EvalContext:
 
     def device_env(self, device: str) -> dict[str, str]:
         visible = "" if is_cpu(device) else device
-        return {**self._common_env(), "CUDA_VISIBLE_DEVICES": visible}
+        return {**TIMED_PROCESS_ENV, **self._common_env(), "CUDA_VISIBLE_DEVICES": visible}
 
     def lock_path(self, device: str) -> Path:
         """The file of `device`'s timing lock (kb_eval/devlock.py), one per invocation."""
