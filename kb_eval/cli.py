@@ -141,7 +141,7 @@ def add_quiet_flag(p: argparse.ArgumentParser) -> None:
 
 
 def writable_dir(path: Path | str, flag: str, given: Path | str | None = None) -> Path:
-    """A folder we are about to write into, made now and probed with a scratch file:
+    """A folder we are about to write into, probed with a scratch file:
     a file in the way, a missing permission or a read-only place is one line before any
     work, not a traceback from deep inside the first write (os.access would not do: it
     says yes to root, even on a read-only file system). `given`: what the user typed, when
@@ -151,9 +151,12 @@ def writable_dir(path: Path | str, flag: str, given: Path | str | None = None) -
     blocker = next((p for p in (path, *path.parents) if p.exists() or p.is_symlink()), None)
     if blocker is not None and not blocker.is_dir():
         raise UserError(f"{flag}: {blocker} is a file, not a folder")
+    # Probe where the first write will land: the folder itself, or the nearest existing
+    # one above it, in which the missing folders will be made. Nothing is created here, so
+    # a mistake found after this check leaves no empty results folder behind.
+    probe = blocker if blocker is not None else Path.cwd()
     try:
-        path.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=path, prefix=".kb_eval_probe_"):
+        with tempfile.TemporaryFile(dir=probe, prefix=".kb_eval_probe_"):
             pass
     except OSError as e:
         raise UserError(f"{flag}: cannot write to {path} ({e.strerror or e})") from None
