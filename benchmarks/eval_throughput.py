@@ -4,6 +4,7 @@
     python benchmarks/eval_throughput.py --backend cpp --n 4 --trials 5   # CPU smoke run
     python benchmarks/corpus/make_corpus.py /tmp/kb_corpus && \
     python benchmarks/eval_throughput.py --corpus /tmp/kb_corpus   # realistic candidates
+    python benchmarks/eval_throughput.py --executor ray [--ray-address HOST:PORT]   # on Ray
 
 Candidates are variants of a few kernels (elementwise scale-add, bias+ReLU, GELU, row
 sum) over problems written to a temporary KernelBench-layout folder; each variant differs
@@ -13,6 +14,12 @@ the same sources again (every build is a cache hit). Each pass: 5 correctness tr
 `--trials` timed calls per candidate, live reference timing. Targets on one H200 with 16
 cores: cold <= 6 min, warm <= 2 min for 100 candidates. `--corpus` evaluates a folder of
 level<L>_problem<ID>_sample<S>.py candidates over `--source` problems instead.
+
+`--executor ray` runs both passes on a Ray cluster (`--ray-address`, as `python -m
+kb_eval.eval` takes them): joined once before pass 1 (the seconds it took printed apart),
+so both passes share it; each pass starts its own lane actors. Run the command once with
+`--executor local` and once with `--executor ray` to compare. On a cluster of several
+machines, --workdir must be a path every node sees (the build cache lives there).
 
 Each pass prints samples/s and the device busy share: the seconds the candidates' timing
 steps held the devices' timing locks (they never overlap on one device) and, as an upper
@@ -35,9 +42,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from kb_eval.errors import UserError  # noqa: E402
 from kb_eval.eval import EvalConfig, evaluate  # noqa: E402
 from kb_eval.eval.config import default_jobs  # noqa: E402
 from kb_eval.problems import load_problems  # noqa: E402
+from kb_eval.ray_cluster import add_executor_flags, executor_config  # noqa: E402
 from kb_eval.timing import TimingSettings  # noqa: E402
 
 # ------------------------------------------------------------------ problems
@@ -239,8 +248,11 @@ def one_pass(label: str, pairs, config: EvalConfig, devices: int = 1) -> list:
     print(f"{label}: {len(records)} candidates in {wall:.1f} s wall "
           f"({wall / max(len(records), 1):.2f} s/candidate); statuses {dict(statuses)}; "
           f"cache hits {hits}")
-    print(f"  children's CPU: {cpu:.0f} core-seconds, {cpu / wall:.1f} cores busy on average "
-          f"(of {os.cpu_count()})")
+    if config.executor == "ray":  # builds and lanes run in Ray's workers, not our children
+        print("  children's CPU: not seen from the driver with --executor ray")
+    else:
+        print(f"  children's CPU: {cpu:.0f} core-seconds, {cpu / wall:.1f} cores busy on "
+              f"average (of {os.cpu_count()})")
     if builds:
         print(f"  build child seconds: median {statistics.median(builds):.1f}, "
               f"max {max(builds):.1f}, sum {sum(builds):.0f}")
@@ -248,6 +260,9 @@ def one_pass(label: str, pairs, config: EvalConfig, devices: int = 1) -> list:
         print(f"  speedup median {statistics.median(speedups):.2f}x "
               f"(min {min(speedups):.2f}, max {max(speedups):.2f})")
     print(f"  sample wall (submit to record) median {statistics.median(runs):.1f} s", flush=True)
+    lanes = Counter(r.lane for r in records if getattr(r, "lane", None))
+    if lanes:  # --executor ray: the Ray lane (node/device) that judged each sample
+        print(f"  samples per Ray lane: {dict(lanes)}", flush=True)
     busy_share(records, wall, devices)
     phases = sorted({k for r in records for k in r.phases})
     print("  phases (median / total s): " + ", ".join(
@@ -272,6 +287,15 @@ def corpus_pairs(folder: Path, source: str) -> list:
     return [(problems[(c.level, c.problem_id)], c.sample, c.path.read_text()) for c in files]
 
 
+def ray_devices(gpu: bool) -> int:
+    """The lanes --executor ray starts: each GPU of the cluster, or each live node's CPU."""
+    import ray
+
+    if gpu:
+        return int(ray.cluster_resources().get("GPU", 0))
+    return sum(1 for n in ray.nodes() if n["Alive"])
+
+
 def main() -> int:
     import torch
 
@@ -286,7 +310,8 @@ def main() -> int:
     p.add_argument("--rows", type=int, default=None, help="rows of every input (default: "
                    "4096 on GPU, 256 on CPU)")
     p.add_argument("--cols", type=int, default=None, help="columns (default: 4096 / 256)")
-    p.add_argument("--workdir", type=Path, default=None, help="keep files here (default: tmp)")
+    p.add_argument("--workdir", type=Path, default=None, help="keep files here (default: tmp;"
+                   " with --executor ray on several machines: a path every node sees)")
     p.add_argument("--lane-depth", type=int, default=EvalConfig().lane_depth,
                    help="candidate children in flight per device (1: one at a time)")
     p.add_argument("--load-budget", type=float, default=EvalConfig().load_budget_s,
@@ -300,7 +325,21 @@ def main() -> int:
                    help="problems of --corpus (default: ../shared/kernelbench)")
     p.add_argument("--no-pch", action="store_true", help="compile without the precompiled "
                    "torch/extension.h (kb_eval/eval/schedule/pch.py), to measure what it saves")
+    add_executor_flags(p)  # --executor, --ray-address: as python -m kb_eval.eval
+    for action in p._actions:  # here the build cache lives under --workdir
+        if action.dest == "executor":
+            action.help = action.help.replace("--cache-dir", "--workdir")
     args = p.parse_args()
+    t0 = time.monotonic()
+    try:  # joins the cluster now (Ray missing, a wrong address: one line)
+        executor = executor_config(args)
+    except UserError as e:
+        sys.exit(f"eval_throughput: {e}")
+    if executor:
+        import ray
+
+        print(f"joined the Ray cluster in {time.monotonic() - t0:.1f} s: "
+              f"{ray.cluster_resources()}", flush=True)
 
     gpu = args.backend == "cuda"
     root = args.workdir or Path(tempfile.mkdtemp(prefix="kb_eval_bench_"))
@@ -323,9 +362,11 @@ def main() -> int:
                         timing=TimingSettings(trials=args.trials),
                         cache_dir=root / "cache", results_dir=root / "results",
                         pch=not args.no_pch, lane_depth=args.lane_depth,
-                        load_budget_s=args.load_budget, call_budget_s=args.call_budget)
-    devices = torch.cuda.device_count() if gpu else 1
+                        load_budget_s=args.load_budget, call_budget_s=args.call_budget,
+                        **executor)
+    devices = ray_devices(gpu) if executor else torch.cuda.device_count() if gpu else 1
     print(f"{args.n} distinct {args.backend} candidates over {len(PROBLEMS)} problems, "
+          f"executor {args.executor}, "
           f"{args.jobs} build jobs, {args.correct_trials} correctness trials, "
           f"{args.trials} timed calls; cache {config.cache_dir}", flush=True)
     cold = one_pass("cold cache", pairs, config, devices)
@@ -335,6 +376,10 @@ def main() -> int:
           "wrong, slow and crashing candidates on purpose)")
     if args.workdir is None:
         shutil.rmtree(root, ignore_errors=True)
+    if executor:
+        import ray
+
+        ray.shutdown()  # leaves a cluster it joined running; ends one it started
     return 0 if ok else 1
 
 

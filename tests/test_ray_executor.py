@@ -1,7 +1,9 @@
 """`--executor ray` on a local Ray cluster this module starts (CPU, cpp backend): the same
 verdicts as the local executor on a small KernelBench-layout folder the test writes, a
 lane actor killed mid-sample (its sample evaluated again, every other record intact,
-nothing twice), and a wrong address or a missing Ray as one line, exit 2."""
+nothing twice), the driver killed mid-run and `--resume` finishing the run (the records
+written before kept, each sample once, the local executor's verdicts), and a wrong address
+or a missing Ray as one line, exit 2."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -110,14 +113,17 @@ def folder(tmp_path_factory) -> Path:
     return root
 
 
+def eval_cmd(folder: Path, results: Path, cache: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "kb_eval.eval", "--candidates", str(folder / "candidates"),
+            "--source", str(folder / "problems"), "--backend", "cpp", "--live-baseline",
+            "--trials", "3", "--warmup", "1", "--correct-trials", "2", "--jobs", "2",
+            "--run-timeout", "60", "--name", "m", "--run", "r", "--results-dir", str(results),
+            "--cache-dir", str(cache), *extra]
+
+
 def eval_cli(folder: Path, results: Path, cache: Path, *extra: str):
-    return subprocess.run(
-        [sys.executable, "-m", "kb_eval.eval", "--candidates", str(folder / "candidates"),
-         "--source", str(folder / "problems"), "--backend", "cpp", "--live-baseline",
-         "--trials", "3", "--warmup", "1", "--correct-trials", "2", "--jobs", "2",
-         "--run-timeout", "60", "--name", "m", "--run", "r", "--results-dir", str(results),
-         "--cache-dir", str(cache), *extra],
-        capture_output=True, text=True, timeout=600, cwd=kit.REPO)
+    return subprocess.run(eval_cmd(folder, results, cache, *extra), capture_output=True,
+                          text=True, timeout=600, cwd=kit.REPO)
 
 
 def verdicts(results: Path) -> dict:
@@ -126,13 +132,25 @@ def verdicts(results: Path) -> dict:
     return {(s["key"].rsplit("/", 1)[1], s["sample"]): s for s in samples}
 
 
+_LOCAL: dict = {}
+
+
+def local_verdicts(folder: Path, tmp_path: Path, cache: Path) -> dict:
+    """The local executor's records of the folder: evaluated once per module, by whichever
+    test asks first."""
+    if folder not in _LOCAL:
+        local = eval_cli(folder, tmp_path / "local", cache)
+        assert local.returncode == 0, local.stdout[-2000:] + local.stderr[-3000:]
+        _LOCAL[folder] = verdicts(tmp_path / "local")
+    return _LOCAL[folder]
+
+
 def test_same_verdicts_as_local(cluster, folder, tmp_path, build_cache_dir):
-    local = eval_cli(folder, tmp_path / "local", build_cache_dir)
-    assert local.returncode == 0, local.stdout[-2000:] + local.stderr[-3000:]
+    a = local_verdicts(folder, tmp_path, build_cache_dir)
     on_ray = eval_cli(folder, tmp_path / "ray", build_cache_dir, "--executor", "ray",
                       "--ray-address", cluster)
     assert on_ray.returncode == 0, on_ray.stdout[-2000:] + on_ray.stderr[-3000:]
-    a, b = verdicts(tmp_path / "local"), verdicts(tmp_path / "ray")
+    b = verdicts(tmp_path / "ray")
     assert {k: r["status"] for k, r in a.items()} == {k: r["status"] for k, r in b.items()}
     assert {k: r["status"] for k, r in b.items()} == {
         ("1", 0): "correct", ("2", 0): "correct", ("2", 1): "compile_error",
@@ -144,6 +162,74 @@ def test_same_verdicts_as_local(cluster, folder, tmp_path, build_cache_dir):
     run = json.loads((tmp_path / "ray" / "m" / "r" / "results.json").read_text())
     assert run["config"]["executor"] == "ray" and run["config"]["ray_address"] == cluster
 
+
+
+def _lanes() -> set[str]:
+    """Our lane actors alive on the cluster."""
+    return {a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+            if a["name"].startswith("kb-eval-lane-")}
+
+
+def test_driver_killed_then_resume(cluster, folder, tmp_path, build_cache_dir):
+    """SIGKILL the driver (its process group) once results.json holds a lane's record but
+    not all; its lane actors end with it (Ray: owned by its job), and `--resume` with the
+    same command judges the rest: each sample once, the records written before kept as
+    they were, the local executor's verdicts."""
+    expected = local_verdicts(folder, tmp_path, build_cache_dir)
+    before = _lanes()
+    args = ("--executor", "ray", "--ray-address", cluster)
+    path = tmp_path / "ray" / "m" / "r" / "results.json"
+    log = (tmp_path / "driver.log").open("w")
+    cmd = eval_cmd(folder, tmp_path / "ray", build_cache_dir, *args)
+    driver = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=kit.REPO,
+                              start_new_session=True)  # its own group, children included
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and driver.poll() is None:
+            try:
+                samples = json.loads(path.read_text())["samples"]  # written atomically
+            except (OSError, ValueError):
+                samples = []
+            if any("lane" in s for s in samples):
+                break
+            time.sleep(0.05)
+        assert driver.poll() is None, "the driver ended before the kill: " + \
+            (tmp_path / "driver.log").read_text()[-3000:]
+        assert time.monotonic() < deadline, "no lane record in 240 s"
+        os.killpg(driver.pid, signal.SIGKILL)
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait(timeout=30)
+        log.close()
+    assert driver.returncode == -signal.SIGKILL
+    kept = verdicts(tmp_path / "ray")  # the file as the driver left it
+    assert 0 < len(kept) < len(expected), sorted(kept)
+    assert any("lane" in r for r in kept.values())
+    # The dead driver's lanes go with it (Ray ends the actors its job owns).
+    deadline = time.monotonic() + 60
+    while _lanes() - before and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _lanes() - before, _lanes()
+
+    resumed = eval_cli(folder, tmp_path / "ray", build_cache_dir, *args, "--resume")
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-3000:]
+    assert f"({len(kept)} already recorded)" in resumed.stdout
+    after = verdicts(tmp_path / "ray")  # each sample once (verdicts asserts it)
+    assert set(after) == set(expected)
+    for key, record in kept.items():  # as written before the kill, not judged again
+        assert after[key] == record, key
+    assert {k: r["status"] for k, r in after.items()} == {
+        k: r["status"] for k, r in expected.items()}
+    for key, r in expected.items():
+        if r.get("correctness"):
+            assert after[key]["correctness"]["passed"] == r["correctness"]["passed"], key
+    assert all(r["lane"].endswith("/cpu") for r in after.values() if r["status"] != "compile_error")
+    run = json.loads(path.read_text())
+    assert run["config"]["executor"] == "ray" and run["config"]["ray_address"] == cluster
+    # Nothing of either driver is left: no lane actor, no child of a dead lane.
+    assert not _lanes() - before
+    assert sweep_dead_lanes() == 0
 
 def _kill_lane_when(mark: Path, killed: list) -> None:
     """Once the slow candidate announces itself, ray.kill the lane actor running it."""
