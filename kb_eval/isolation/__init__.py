@@ -11,15 +11,18 @@ The parent never imports what the task runs. It watches the child from outside:
   descendants left (they are re-parented to us, a child subreaper) are killed too;
 - the verdict is read from the exit status and the result file only after exit, so a
   crash cannot leave half a message behind.
-To hide Python + torch start-up (seconds), spare children per environment are started
-ahead and wait, torch imported, for their task on stdin; each spare still runs exactly
-one task. Trusted work that gains from keeping state (the reference side: each problem's
+A child is forked from a zygote of its environment (forkserver, zygote: torch imported
+once, milliseconds per child instead of seconds of Python + torch start-up) where it can
+be, else started afresh; spare children per environment are started ahead and wait
+(torch imported, the CUDA context opened if asked) for their task on stdin; each child
+still runs exactly one task. Trusted work that gains from keeping state (the reference side: each problem's
 model and outputs) runs in a `Server`: one long-lived child, watched the same way per
 task, answering each through its result file, replaced by a fresh one when it fails.
 
 Modules: oneshot (run_isolated), server (Server), spares (pre-started children), handle
-(the parent's handle on one child: start, send, watch, kill), outcome (ChildOutcome, read
-after exit), procs (process groups, orphans, /proc), child (the child side).
+(the parent's handle on one child: start, send, watch, kill), forkserver (the parent's
+side of the zygotes), zygote (the zygote process), outcome (ChildOutcome, read after
+exit), procs (process groups, orphans, /proc), child (the child side).
 """
 
 from kb_eval.isolation import procs

@@ -15,11 +15,15 @@ from pathlib import Path
 NICE_VAR = "KB_EVAL_NICE"
 
 
-def child_main() -> None:
-    """The child's whole life: start up, run its task (or a server's tasks), exit."""
+def child_main(spec: str | None = None) -> None:
+    """The child's whole life: start up, run its task (or a server's tasks), exit. `spec`
+    ("module[:cuda][+serve]") comes from the command line, or from the zygote that forked
+    this child (zygote.py)."""
     # The expensive start-up, done while we wait as a spare: torch, the task's module,
     # and (if asked) the CUDA context. "+serve": a Server (tasks until stdin closes).
-    spec, _, serve = (sys.argv[1] if len(sys.argv) > 1 else "").partition("+")
+    if spec is None:
+        spec = sys.argv[1] if len(sys.argv) > 1 else ""
+    spec, _, serve = spec.partition("+")
     # Builds run niced (KB_EVAL_NICE): compiling is throughput work, while a GPU left
     # waiting on a run child's or the reference's CPU time is time lost for good.
     os.nice(int(os.environ.get(NICE_VAR) or 0))

@@ -15,8 +15,9 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from kb_eval.isolation.procs import (CHECK_S, LIVE, MARKER, RSS, become_subreaper, file_size,
-                                     killpg, reap_orphans)
+from kb_eval.isolation.forkserver import FORK_SERVERS
+from kb_eval.isolation.procs import (CHECK_S, LIVE, MARKER, RSS, become_subreaper,
+                                     file_size, killpg, reap_orphans)
 
 POLL_S = 0.005  # how often a watcher looks whether its child is done (GPU lane: latency)
 BUILD_POLL_S = 0.05  # builds take tens of seconds: their watchers wake less often
@@ -25,7 +26,7 @@ BUILD_POLL_S = 0.05  # builds take tens of seconds: their watchers wake less oft
 class Child:
     """One child process as the parent sees it; in LIVE from its start until kill_all."""
 
-    def __init__(self, proc: subprocess.Popen, log_file):
+    def __init__(self, proc, log_file):  # a Popen, or a forkserver.ForkedProc
         self.proc = proc
         self.log_file = log_file
         self.log_path = Path(log_file.name)
@@ -36,11 +37,17 @@ class Child:
 
     @classmethod
     def start(cls, env: dict | None, log_path: Path, preload: str = "") -> "Child":
-        """Start a child that imports torch and `preload` ("module[:cuda]": the task's
-        module, and whether to create the CUDA context), then waits for its task."""
+        """Start a child that imports torch and `preload` ("module[:cuda][+serve]": the
+        task's module, whether to create the CUDA context, a Server's child), then waits
+        for its task. Forked from the environment's zygote when it can (forkserver.py);
+        a Server's long-lived trusted child always starts afresh."""
         become_subreaper()
         log_file = open(log_path, "wb")
         full_env = {**os.environ, **(env or {}), MARKER: "1", "PYTHONUNBUFFERED": "1"}
+        if "+serve" not in preload:
+            child = FORK_SERVERS.spawn(full_env, preload, log_file, lambda p: cls(p, log_file))
+            if child is not None:
+                return child
         proc = subprocess.Popen([sys.executable, "-m", "kb_eval.isolation", preload],
                                 stdin=subprocess.PIPE, stdout=log_file, stderr=subprocess.STDOUT,
                                 env=full_env, start_new_session=True, close_fds=True)

@@ -23,11 +23,21 @@ CHECK_S = 0.1  # how often memory and output size are checked
 
 
 class Registry:
-    """Children started and not yet ended (running or spare), across threads."""
+    """Children started and not yet ended (running or spare), across threads, and the
+    zygotes (forkserver.py): pids the reapers must leave alone."""
 
     def __init__(self):
         self.lock = threading.Lock()
         self.children: set[Child] = set()
+        self.kept: set[int] = set()
+
+    def keep(self, pid: int) -> None:
+        with self.lock:
+            self.kept.add(pid)
+
+    def unkeep(self, pid: int) -> None:
+        with self.lock:
+            self.kept.discard(pid)
 
     def add(self, child: Child) -> None:
         with self.lock:
@@ -39,7 +49,7 @@ class Registry:
 
     def pids(self) -> set[int]:
         with self.lock:
-            return {c.proc.pid for c in self.children}
+            return {c.proc.pid for c in self.children} | self.kept
 
     def owned_by(self, thread_prefix: str) -> list[Child]:
         with self.lock:
@@ -47,6 +57,9 @@ class Registry:
 
 
 LIVE = Registry()
+# Held while a forked child is re-parented to us and not yet in LIVE (forkserver.py), and
+# by the reapers while they look for orphans: such a child is never taken for one.
+ADOPTING = threading.Lock()
 
 
 def kill_running(thread_prefix: str) -> int:
@@ -58,20 +71,22 @@ def kill_running(thread_prefix: str) -> int:
     return len(children)
 
 
-_SUBREAPER_SET = False
+_SUBREAPER: bool | None = None
 
 
-def become_subreaper() -> None:
-    """Orphans of our children re-parent to us (not init), so we can find and end them."""
-    global _SUBREAPER_SET
-    if _SUBREAPER_SET or not sys.platform.startswith("linux"):
-        return
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
-    except (OSError, AttributeError):
-        pass
-    _SUBREAPER_SET = True
+def become_subreaper() -> bool:
+    """Orphans of our children re-parent to us (not init), so we can find and end them;
+    whether we are a subreaper now."""
+    global _SUBREAPER
+    if _SUBREAPER is None:
+        _SUBREAPER = False
+        if sys.platform.startswith("linux"):
+            try:
+                libc = ctypes.CDLL(None, use_errno=True)
+                _SUBREAPER = libc.prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+            except (OSError, AttributeError):
+                pass
+    return _SUBREAPER
 
 
 def killpg(pgid: int) -> None:
@@ -101,17 +116,18 @@ def reap_orphans() -> None:
     """Kill and reap re-parented descendants of sandbox children (they carry MARKER)."""
     if not sys.platform.startswith("linux"):
         return
-    for pid in proc_children():
-        try:
-            environ = Path(f"/proc/{pid}/environ").read_bytes()
-        except OSError:
-            continue
-        if f"{MARKER}=1".encode() in environ and pid not in LIVE.pids():
+    with ADOPTING:
+        for pid in proc_children():
             try:
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-            except (ProcessLookupError, ChildProcessError, PermissionError):
-                pass
+                environ = Path(f"/proc/{pid}/environ").read_bytes()
+            except OSError:
+                continue
+            if f"{MARKER}=1".encode() in environ and pid not in LIVE.pids():
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    os.waitpid(pid, 0)
+                except (ProcessLookupError, ChildProcessError, PermissionError):
+                    pass
 
 
 def file_size(path: Path) -> int:

@@ -40,32 +40,40 @@ def _uptime_s() -> float:
     return float(Path("/proc/uptime").read_text().split()[0])
 
 
+def _escapees(my_session: int, min_age_s: float) -> list[int]:
+    """Unknown live direct children in foreign sessions, older than `min_age_s`; dead
+    unknown ones are reaped on the way."""
+    known, now, hz, found = isolation._LIVE.pids(), _uptime_s(), os.sysconf("SC_CLK_TCK"), []
+    for pid in isolation._proc_children():
+        fields = _stat_fields(pid)
+        if pid in known or fields is None:
+            continue
+        if fields[0] == "Z":  # already dead (e.g. killed with its group): just reap
+            _reap(pid)
+            continue
+        # fields: [0] state, [3] session, [19] start time (clock ticks since boot)
+        if int(fields[3]) == my_session or now - int(fields[19]) / hz < min_age_s:
+            continue
+        found.append(pid)
+    return found
+
+
 def sweep_escapees(min_age_s: float = 0.1, rounds: int = 5) -> list[int]:
     """Kill and reap unknown live direct children in foreign sessions (returns their
     pids); reap dead ones silently."""
     if not sys.platform.startswith("linux"):
         return []
     killed: list[int] = []
-    my_session, hz = os.getsid(0), os.sysconf("SC_CLK_TCK")
+    my_session = os.getsid(0)
     for _ in range(rounds):  # an escapee's own children re-parent to us once it dies
-        known, now, found = isolation._LIVE.pids(), _uptime_s(), []
-        for pid in isolation._proc_children():
-            fields = _stat_fields(pid)
-            if pid in known or fields is None:
-                continue
-            if fields[0] == "Z":  # already dead (e.g. killed with its group): just reap
+        with isolation.procs.ADOPTING:  # a child being adopted from a zygote is not one
+            found = _escapees(my_session, min_age_s)
+            for pid in found:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
                 _reap(pid)
-                continue
-            # fields: [0] state, [3] session, [19] start time (clock ticks since boot)
-            if int(fields[3]) == my_session or now - int(fields[19]) / hz < min_age_s:
-                continue
-            found.append(pid)
-        for pid in found:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            _reap(pid)
         killed += found
         if not found:
             break

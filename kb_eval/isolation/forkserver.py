@@ -1,0 +1,233 @@
+"""Cheap children: one zygote per environment (zygote.py) forks each fresh child, so a
+child costs a fork, not a Python + torch start (~1.2 s of CPU here, ~2.5 s on the H100
+host). Each child still runs exactly one task in a process of its own: its own session,
+only its task channel and log as descriptors, forked from a zygote that never ran a task,
+candidate code or CUDA. The child is re-parented to us (we are a child subreaper), so it
+is our child like a Popen one: we wait for it, stop its group and kill it the same way.
+
+Whenever the fork server cannot serve (disabled with KB_EVAL_FORK_SERVER=0, not Linux,
+the zygote refused, died or stopped answering), `spawn` returns None and the caller
+starts the child the slow way: a fork server can make a run faster, never different.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Callable, TypeVar
+
+from kb_eval.isolation import procs
+
+T = TypeVar("T")
+ENABLE_VAR = "KB_EVAL_FORK_SERVER"
+READY_TIMEOUT_S = 120.0  # a zygote imports torch (and, at a first request, a module)
+PID_TIMEOUT_S = 30.0
+MAX_STARTS = 3  # zygotes per environment: one that keeps breaking is not worth restarting
+# Zygotes alive at once (~0.3-0.6 GB each, torch imported): a build environment and one
+# per GPU of an 8-GPU host fit; a process that meets more (tests) ends the least recent.
+MAX_ZYGOTES = 12
+
+
+class ForkedProc:
+    """What a Child needs of a Popen, for a child forked by a zygote and re-parented to
+    this process: `pid`, `stdin` (the task channel), `poll`, `wait`, `returncode`."""
+
+    def __init__(self, pid: int, channel: socket.socket):
+        self.pid, self.returncode = pid, None
+        self.stdin = _Channel(channel)
+        self._lock = threading.Lock()
+
+    def poll(self) -> int | None:
+        with self._lock:
+            if self.returncode is None:
+                try:
+                    pid, status = os.waitpid(self.pid, os.WNOHANG)
+                except ChildProcessError:  # reaped elsewhere: it is gone all the same
+                    self.returncode = -signal.SIGKILL
+                    return self.returncode
+                if pid:
+                    self.returncode = os.waitstatus_to_exitcode(status)
+                    self.stdin.close()
+            return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout)
+            time.sleep(0.002)
+        return self.returncode
+
+
+class _Channel:
+    """The task channel as the file Child.send writes to; closing it ends the child's
+    input (a one-shot child reads one task, then end of file)."""
+
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+
+    def write(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        if self.sock.fileno() < 0:
+            return
+        try:
+            self.sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+        self.sock.close()
+
+
+class ForkServer:
+    """One zygote for one environment; `spawn` forks a child from it."""
+
+    def __init__(self, env: dict, log_dir: Path):
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        log_dir.mkdir(parents=True, exist_ok=True)
+        with open(log_dir / f"zygote_{time.monotonic_ns()}.log", "wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "kb_eval.isolation.zygote", str(theirs.fileno())],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+                pass_fds=(theirs.fileno(),), start_new_session=True)
+        theirs.close()
+        procs.LIVE.keep(self.proc.pid)  # a direct child the reapers must leave alone
+        self.control = ours
+        self.control.settimeout(READY_TIMEOUT_S)
+        self.error: str | None = None
+        try:
+            hello = self._reply()
+            if not hello.get("ready"):
+                self._broken(hello.get("error") or "not ready")
+        except (OSError, ValueError) as e:
+            self._broken(f"{type(e).__name__}: {e}")
+
+    def spawn(self, spec: str, log_file) -> ForkedProc | None:
+        """A new child for `spec` ("module[:cuda]") writing to `log_file`, or None (this
+        server is broken). Called with procs.ADOPTING held until the child is in LIVE."""
+        if self.error is not None:
+            return None
+        ours, theirs = socket.socketpair()
+        try:
+            socket.send_fds(self.control, [json.dumps({"spec": spec}).encode()],
+                            [theirs.fileno(), log_file.fileno()])
+            theirs.close()
+            reply = self._reply()
+            if not reply.get("ok"):
+                raise OSError(reply.get("error") or "no child")
+            ours.settimeout(PID_TIMEOUT_S)
+            pid = int(_read_line(ours))
+            ours.settimeout(None)
+            return ForkedProc(pid, ours)
+        except (OSError, ValueError) as e:
+            theirs.close()
+            ours.close()
+            self._broken(f"{type(e).__name__}: {e}")
+            return None
+
+    def _reply(self) -> dict:
+        message = self.control.recv(65536)
+        if not message:
+            raise OSError("the zygote closed its end")
+        return json.loads(message)
+
+    def _broken(self, why: str) -> None:
+        self.error = why
+        self.close()
+
+    def close(self) -> None:
+        self.control.close()
+        procs.killpg(self.proc.pid)
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        procs.LIVE.unkeep(self.proc.pid)
+
+
+def _read_line(sock: socket.socket) -> str:
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = sock.recv(64)
+        if not chunk:
+            raise OSError("the child ended before it said its pid")
+        data += chunk
+    return data.decode()
+
+
+class ForkServers:
+    """The zygotes of this process, one per environment, started at first use."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.servers: dict[str, ForkServer] = {}
+        self.starts: dict[str, int] = {}
+        self.dir = Path(os.environ.get("TMPDIR", "/tmp")) / f"kb_eval_zygotes_{os.getpid()}"
+
+    def enabled(self) -> bool:
+        return (os.environ.get(ENABLE_VAR, "1") != "0" and sys.platform.startswith("linux")
+                and procs.become_subreaper())
+
+    def server(self, env: dict) -> ForkServer | None:
+        """The zygote for `env` (started now at its first use, or again after it broke, a
+        few times at most), or None: start the child the slow way."""
+        if not self.enabled():
+            return None
+        key = json.dumps(env, sort_keys=True)
+        with self.lock:
+            server = self.servers.pop(key, None)
+            if server is not None:
+                self.servers[key] = server  # the most recently used last
+            if server is None or (server.error and self.starts.get(key, 0) < MAX_STARTS):
+                self._make_room()
+                self.starts[key] = self.starts.get(key, 0) + 1
+                try:
+                    server = self.servers[key] = ForkServer(env, self.dir)
+                except OSError:  # no zygote could be started (e.g. out of memory)
+                    return None
+        return None if server.error else server
+
+    def _make_room(self) -> None:
+        while len(self.servers) >= MAX_ZYGOTES:
+            oldest = next(iter(self.servers))
+            server = self.servers.pop(oldest)
+            self.starts.pop(oldest, None)
+            if server.error is None:
+                server.close()
+
+    def spawn(self, env: dict, spec: str, log_file, adopt: Callable[[ForkedProc], T]) -> T | None:
+        """A child forked for `spec`, handed to `adopt` (which puts it in LIVE) while no
+        reaper looks for orphans; None: start it the slow way."""
+        for _ in range(2):  # a zygote found dead at this request is replaced once
+            server = self.server(env)
+            if server is None:
+                return None
+            with procs.ADOPTING:
+                proc = server.spawn(spec, log_file)
+                if proc is not None:
+                    return adopt(proc)
+        return None
+
+    def close(self) -> None:
+        with self.lock:
+            servers, self.servers = list(self.servers.values()), {}
+        for server in servers:
+            if server.error is None:
+                server.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+FORK_SERVERS = ForkServers()
+atexit.register(FORK_SERVERS.close)

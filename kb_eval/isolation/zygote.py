@@ -1,0 +1,114 @@
+"""The zygote: `python -m kb_eval.isolation.zygote FD`, a process that has imported torch
+(and the task modules it was asked for) once, and forks a fresh child per task, so that a
+child costs a fork (milliseconds) instead of a Python + torch start (seconds of CPU).
+
+It runs no task and no candidate code itself, and never touches CUDA: a process that
+initialised CUDA cannot be forked usefully, so each child opens its own context after the
+fork. Before every fork it checks that this still holds (no libcuda mapped, no Python
+thread besides this one) and refuses otherwise; the parent then starts children the slow
+way (forkserver.py).
+
+Protocol on the unix socket FD (one message each way per request):
+  parent -> zygote: {"spec": "module[:cuda]"} with two fds: the task channel, the log.
+  zygote -> parent: {"ok": true} once the child exists and is re-parented to the parent
+                    (double fork), or {"error": "..."}.
+The child itself, after `setsid`, writes its pid as one line on the task channel: the
+parent learns the pid from the process that leads the new group, not from the zygote.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import socket
+import sys
+import threading
+import warnings
+
+# OpenBLAS (numpy's) starts its idle worker threads at import; they hold no lock at rest
+# and re-initialise after a fork (PyTorch's DataLoader forks the same way). Python 3.12
+# warns about any fork with threads: the check that matters is ours (fork_hazard).
+warnings.filterwarnings("ignore", message=r".*fork\(\).*", category=DeprecationWarning)
+
+
+def fork_hazard() -> str | None:
+    """Why forking this process now would be unsafe, or None."""
+    if threading.active_count() > 1:
+        return f"{threading.active_count()} Python threads"
+    with open("/proc/self/maps") as maps:
+        if any("libcuda" in line for line in maps):
+            return "CUDA driver loaded"
+    return None
+
+
+def main(fd: int) -> None:
+    control = socket.socket(fileno=fd)
+    for name in ("torch", "kb_eval.isolation.child"):  # the start-up every child would pay
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
+    hazard = fork_hazard()
+    control.send(json.dumps({"ready": hazard is None, "error": hazard}).encode())
+    while hazard is None:
+        try:
+            message, fds, _, _ = socket.recv_fds(control, 65536, 2)
+        except OSError:
+            break
+        if not message:
+            break  # the parent closed its end (or died): nothing more to fork for
+        reply = spawn(json.loads(message), fds, control)
+        for passed in fds:
+            os.close(passed)
+        control.send(json.dumps(reply).encode())
+    os._exit(0)
+
+
+def spawn(request: dict, fds: list[int], control: socket.socket) -> dict:
+    """Fork one child for `request["spec"]`, re-parented to our parent (a subreaper) by a
+    double fork, so that the parent can wait for it, stop it and kill its group."""
+    if len(fds) != 2:
+        return {"error": f"{len(fds)} fds passed, 2 expected"}
+    spec = str(request.get("spec", ""))
+    module = spec.partition(":")[0]
+    if module:
+        try:
+            importlib.import_module(module)  # once here; every later child has it
+        except Exception:  # noqa: BLE001 - the child's own preload meets and reports it
+            pass
+    if (hazard := fork_hazard()) is not None:
+        return {"error": f"cannot fork: {hazard}"}
+    sys.stdout.flush()
+    sys.stderr.flush()
+    middle = os.fork()
+    if middle == 0:
+        if os.fork() == 0:
+            _become_child(spec, fds, control)
+        os._exit(0)  # the child is orphaned now: it re-parents to the evaluator
+    os.waitpid(middle, 0)
+    return {"ok": True}
+
+
+def _become_child(spec: str, fds: list[int], control: socket.socket) -> None:
+    """In the new child: its own session, the task channel as stdin, the log as stdout and
+    stderr, no other descriptor of the zygote's; then the child's usual life."""
+    try:
+        os.setsid()
+        task, log = fds
+        os.dup2(task, 0)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        control.detach()
+        os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+        sys.stdin = open(0, "r", closefd=False)  # a fresh reader: nothing buffered
+        os.write(0, f"{os.getpid()}\n".encode())
+        from kb_eval.isolation.child import child_main
+
+        child_main(spec)
+    finally:
+        os._exit(70)  # child_main exits by itself; reaching here is a failure
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]))
