@@ -93,3 +93,14 @@ def test_zygotes_are_bounded_least_recent_first(tmp_path, monkeypatch):
     alive = [k for k in FORK_SERVERS.servers if "lru-" in k]
     assert any("lru-a" in k for k in alive) and any("lru-c" in k for k in alive)
     assert not any("lru-b" in k for k in alive)  # the least recently used went
+
+
+@pytest.mark.gpu
+def test_forked_children_open_cuda(tmp_path):
+    # as the GPU lane starts them: spares forked ahead, each opening its CUDA context
+    for i in range(3):
+        out = run_isolated("fork_tasks:on_cuda", {}, workdir=tmp_path / f"c{i}",
+                           timeout_s=120, env=ENV, prewarm=True, warm_cuda=True)
+        assert out.ok, out.describe()
+        assert out.result["sum"] == 2 * sum(range(1024))
+        assert "kb_eval.isolation.zygote" in out.result["cmdline"], out.result

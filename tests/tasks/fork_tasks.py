@@ -43,3 +43,10 @@ def hog(payload, workdir):
     blocks = [bytearray(64 << 20) for _ in range(40)]  # 2.5 GB, touched
     time.sleep(30)
     return {"n": len(blocks)}
+
+
+def on_cuda(payload, workdir):
+    """A CUDA op in a forked child: the zygote never opened CUDA, so the child can."""
+    x = torch.arange(1024, device="cuda", dtype=torch.float32)
+    return {"sum": float((x * 2).sum().item()), "device": torch.cuda.get_device_name(0),
+            "cmdline": open("/proc/self/cmdline").read().replace("\0", " ")}

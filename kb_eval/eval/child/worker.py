@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import statistics
 import time
 import traceback
 from pathlib import Path
@@ -39,6 +38,7 @@ from kb_eval.devlock import DeviceLock
 from kb_eval.eval.wire import outputs
 from kb_eval.eval.child.observe import OutputTypeError, aliased_inputs, observe, output_tensors
 from kb_eval.eval.child.integrity import Snapshot
+from kb_eval.eval.child.paired import time_paired
 from kb_eval.eval.child.threads import Ledger, warm_pool
 from kb_eval.eval.wire.labels import PROBE_LABEL, label_name
 from kb_eval.eval.child.probes import (changed_inputs, changed_since, fingerprints, fresh_seed,
@@ -48,8 +48,7 @@ from kb_eval.harness import INIT_SEED, inputs_for, load_problem, reference_model
 from kb_eval.inputs import build_model, copy_tree, make_inputs, precision_dtype
 from kb_eval.problems import load_module
 from kb_eval.profile.launches import count_or_error
-from kb_eval.timing import (TimingSettings, TimingStats, kept, paired_rounds, time_callable,
-                            time_calls, timer_for)
+from kb_eval.timing import TimingSettings, paired_rounds, time_callable
 
 CUDA_ERROR_MARKERS = ("CUDA error", "CUDA_ERROR", "illegal memory access", "cudaError",
                       "device-side assert", "unspecified launch failure")
@@ -138,7 +137,6 @@ class Watch:
 def run_candidate(payload: dict, workdir: Path) -> dict:
     workdir = Path(workdir)
     device, precision = torch.device(payload["device"]), payload["precision"]
-    seed, n_trials = payload["seed"], payload["correct_trials"]
     steps = Laps()
     set_phase(workdir, "setup")
     # Device work outside timing holds the device's lock shared, the timing step holds it
@@ -156,63 +154,91 @@ def run_candidate(payload: dict, workdir: Path) -> dict:
     # kept as fingerprints only: each trial's inputs are drawn again right before its
     # call and must match. Keeping the inputs themselves would hold n_trials copies on the
     # device (80 GiB for a 16 GiB KernelBench input) while the candidate runs.
-    trial_prints = [_prints_of(module, seed, i, precision, device) for i in range(n_trials)]
+    trial_prints = [_prints_of(module, payload["seed"], i, precision, device)
+                    for i in range(payload["correct_trials"])]
     watch = Watch(device)  # last thing before candidate code: everything of ours is loaded
 
     set_phase(workdir, "load")
     mark(workdir, "load")
     steps.lap("setup")
-    try:
-        candidate = load_module(payload["source"], "kb_candidate")
-        model_cls = candidate.ModelNew
-    except Exception as e:  # noqa: BLE001 - any failure to load is the candidate's
-        return failure("compile_error", "load", e)
-    load_s = steps.lap("load")
-    watch.check("load")
-    try:
-        model = build_model(model_cls, copy_tree(init), INIT_SEED, device,
-                            precision_dtype(precision), ref_state)
-    except Exception as e:  # noqa: BLE001
-        return failure("runtime_error", "init", e)
+    model = _load_and_init(payload, init, ref_state, device, watch, steps)
+    if isinstance(model, dict):
+        return model  # the failure's record
     del ref_state
-    watch.check("init")
-
     set_phase(workdir, "correctness")
     seen: dict[str, dict] = {}
     failed = _correctness(model, module, payload, trial_prints, workdir, seen, watch)
     if failed is not None:
         return failed
-    result = {"status": "ok", "load_s": load_s, "seen": seen, "saved": list(seen),
-              "steps": steps.seconds}
+    result = {"status": "ok", "load_s": steps.seconds["load"], "seen": seen,
+              "saved": list(seen), "steps": steps.seconds}
     steps.lap("correctness")
     if payload.get("timing") is not None:
-        set_phase(workdir, "timing")
-        mark(workdir, "wait")
-        try:
-            lock.acquire("exclusive")
-            steps.lap("wait_lock")
-            mark(workdir, "timing")
-            result.update(_time_candidate(model, module, payload, workdir, device,
-                                          seen, watch))
-        except OutputTypeError as e:
-            return {**failure("runtime_error", "timing", e), "output_type": True}
-        except Exception as e:  # noqa: BLE001
-            return {**failure("runtime_error", "timing", e), "seen": seen}
-        result["saved"] = list(seen)
-        steps.lap("timing")
-        mark(workdir, "wait")
-        lock.acquire("shared")  # back to untimed work
-    mark(workdir, "probe")  # the calls after timing (counting launches, the shape probe)
+        failed = _timing_step(model, module, payload, workdir, device, seen, watch, lock,
+                              steps, result)
+        if failed is not None:
+            return failed
+    _probe_step(model, module, payload, workdir, device, watch, steps, result)
+    return result
+
+
+def _load_and_init(payload: dict, init, ref_state, device: torch.device, watch: Watch,
+                   steps: Laps):
+    """The candidate's module loaded and its ModelNew built with the reference's weights;
+    or the failure's record (a dict): compile_error at load, runtime_error at init."""
+    try:
+        candidate = load_module(payload["source"], "kb_candidate")
+        model_cls = candidate.ModelNew
+    except Exception as e:  # noqa: BLE001 - any failure to load is the candidate's
+        return failure("compile_error", "load", e)
+    steps.lap("load")
+    watch.check("load")
+    try:
+        model = build_model(model_cls, copy_tree(init), INIT_SEED, device,
+                            precision_dtype(payload["precision"]), ref_state)
+    except Exception as e:  # noqa: BLE001
+        return failure("runtime_error", "init", e)
+    watch.check("init")
+    return model
+
+
+def _timing_step(model, module, payload: dict, workdir: Path, device: torch.device,
+                 seen: dict, watch: Watch, lock: DeviceLock, steps: Laps,
+                 result: dict) -> dict | None:
+    """The timed calls, with the device's lock held alone; the failure's record, or None
+    (the timing added to `result`)."""
+    set_phase(workdir, "timing")
+    mark(workdir, "wait")
+    try:
+        lock.acquire("exclusive")
+        steps.lap("wait_lock")
+        mark(workdir, "timing")
+        result.update(_time_candidate(model, module, payload, workdir, device, seen, watch))
+    except OutputTypeError as e:
+        return {**failure("runtime_error", "timing", e), "output_type": True}
+    except Exception as e:  # noqa: BLE001
+        return {**failure("runtime_error", "timing", e), "seen": seen}
+    result["saved"] = list(seen)
+    steps.lap("timing")
+    mark(workdir, "wait")
+    lock.acquire("shared")  # back to untimed work
+    return None
+
+
+def _probe_step(model, module, payload: dict, workdir: Path, device: torch.device,
+                watch: Watch, steps: Laps, result: dict) -> None:
+    """The calls after timing: counting launches, the shape probe; the tripwires' report
+    and (CUDA) the peak memory added to `result`."""
+    mark(workdir, "probe")
     result["launches"] = _launches(model, module, payload, device)
     watch.check("end")
     result.update(watch.report())
-    _shape_probe(model, module, seed, payload, workdir, device, result)
+    _shape_probe(model, module, payload["seed"], payload, workdir, device, result)
     steps.lap("probe")
     watch.check("probe")
     result.update(watch.report())
     if device.type == "cuda":  # diagnostics (the candidate could fake it): never scored
         result["peak_mem_bytes"] = torch.cuda.max_memory_allocated(device)
-    return result
 
 
 def _correctness(model, module, payload: dict, trial_prints: list, workdir: Path,
@@ -302,49 +328,11 @@ def _time_candidate(model, module, payload: dict, workdir: Path, device: torch.d
     ledger = watch.ledger
     with torch.no_grad():
         if rounds:
-            stats = _time_paired(timed, settings, device, args_for_trial, on_output,
+            stats = time_paired(timed, settings, device, args_for_trial, on_output,
                                  Path(payload["paired"]["dir"]), rounds, ledger.call_ended)
         else:
             stats = time_callable(timed, settings, device, args_for_trial, on_output)
     return {"timing": stats.model_dump(), "threads_work": ledger.report()}
-
-
-def _time_paired(fn, settings: TimingSettings, device: torch.device, args, on_output,
-                 folder: Path, rounds: list[range], untimed_ended) -> TimingStats:
-    """The candidate's side of a paired timing (schedule/pairing.py): per round, one
-    untimed call then the round's timed ones, the parent told before each round and after
-    the last (it times the reference's rounds meanwhile, this process stopped). Its
-    rounds are the medians of each round's calls, matched to the reference's round by
-    round. `untimed_ended` after each round's untimed call: the ledger counts it as a
-    call (work in it is the call's, not work outside the calls)."""
-    for i in range(settings.warmup):
-        fn(*args(-1 - i))
-    samples, medians = [], []
-    for r, calls in enumerate(rounds):
-        _handshake(folder, r, device)
-        fn(*args(-1 - settings.warmup - r))  # the round's first call: not timed (either side)
-        untimed_ended()
-        ms = kept(settings, r, time_calls(fn, calls, timer_for(device, settings.flush_l2),
-                                          args, on_output))
-        samples += ms
-        medians.append(statistics.median(ms))
-    _handshake(folder, len(rounds), device)
-    return TimingStats.of(samples).model_copy(update={"rounds": medians})
-
-
-HANDSHAKE_WAIT_S = 300.0
-
-
-def _handshake(folder: Path, r: int, device: torch.device) -> None:
-    """Tell the parent that round `r` may start (our work finished first), wait for its
-    go. Its thread answers every ready; the wait is bounded all the same, and a go the
-    candidate wrote itself gains nothing: the parent stops this process group for the
-    reference's rounds whatever the files say."""
-    sync(device)
-    (folder / f"ready_{r}").write_text("")
-    deadline = time.monotonic() + HANDSHAKE_WAIT_S
-    while not (folder / f"go_{r}").exists() and time.monotonic() < deadline:
-        time.sleep(0.0005)
 
 
 def _recheck(tensors, module, current: dict, i: int, device, dtype, workdir: Path,

@@ -97,12 +97,7 @@ def evaluate_once(ctx: EvalContext, refs: ReferenceStore, task: SampleTask,
     record = new_record(ctx, task)
     record.build = task.build.info
     run_dir = run_folder(ctx, task)
-    payload = {"problem_code": task.problem.code, "source": task.source,
-               "extensions_dir": task.build.extensions_dir,
-               "device": ctx.torch_device(device), "precision": cfg.precision,
-               "seed": ctx.problem_seed(task.problem), "correct_trials": _trials(cfg, task),
-               "timing": cfg.timing.model_dump(), "recheck_timed": cfg.recheck_timed,
-               "device_lock": str(ctx.lock_path(device))}
+    payload = _payload(ctx, task, device)
     pairing = start_pairing(ctx, refs, task.problem, device, run_dir, payload)
     window = _WINDOWS.begin()
     # The budgets enforce the run timeout less the time queued for the timing lock (at
@@ -147,15 +142,31 @@ def evaluate_once(ctx: EvalContext, refs: ReferenceStore, task: SampleTask,
     inject_fault("judge_exception")
     judge_sample(ctx, task.problem, task.source, _trials(cfg, task), record, result, labels,
                  ref, paired)
-    metrics = ref.state.metrics or {}
+    _note_diagnostics(record, result, ref.state.metrics or {})
+    task.laps.lap("judge")
+    return finish(record, task)
+
+
+def _payload(ctx: EvalContext, task: SampleTask, device: str) -> dict:
+    """What the candidate's child is told (kb_eval.eval.child.worker:run_candidate)."""
+    cfg = ctx.config
+    return {"problem_code": task.problem.code, "source": task.source,
+            "extensions_dir": task.build.extensions_dir,
+            "device": ctx.torch_device(device), "precision": cfg.precision,
+            "seed": ctx.problem_seed(task.problem), "correct_trials": _trials(cfg, task),
+            "timing": cfg.timing.model_dump(), "recheck_timed": cfg.recheck_timed,
+            "device_lock": str(ctx.lock_path(device))}
+
+
+def _note_diagnostics(record: SampleRecord, result: dict, metrics: dict) -> None:
+    """Memory peaks, the reference's determinism and (correct samples) launch counts:
+    recorded, never scored."""
     record.memory = {"reference_peak": metrics.get("peak_bytes"),
                      "candidate_peak": _int_or_none(result.get("peak_mem_bytes"))}
     record.reference_deterministic = metrics.get("deterministic")
     if record.correct:
         record.launches = LaunchCounts(**paired_counts(result.get("launches"),
                                                        metrics.get("launches")))
-    task.laps.lap("judge")
-    return finish(record, task)
 
 
 SHM = Path("/dev/shm")

@@ -1,0 +1,52 @@
+"""The candidate's side of a paired timing (kb_eval/eval/schedule/pairing.py), in the
+candidate's process: its rounds, with a handshake before each so that the parent can stop
+this process and have the trusted reference server time the reference's rounds."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from kb_eval.eval.child.probes import sync
+from kb_eval.timing import TimingSettings, TimingStats, kept, time_calls, timer_for
+
+
+def time_paired(fn, settings: TimingSettings, device: torch.device, args, on_output,
+                 folder: Path, rounds: list[range], untimed_ended) -> TimingStats:
+    """The candidate's side of a paired timing (schedule/pairing.py): per round, one
+    untimed call then the round's timed ones, the parent told before each round and after
+    the last (it times the reference's rounds meanwhile, this process stopped). Its
+    rounds are the medians of each round's calls, matched to the reference's round by
+    round. `untimed_ended` after each round's untimed call: the ledger counts it as a
+    call (work in it is the call's, not work outside the calls)."""
+    for i in range(settings.warmup):
+        fn(*args(-1 - i))
+    samples, medians = [], []
+    for r, calls in enumerate(rounds):
+        handshake(folder, r, device)
+        fn(*args(-1 - settings.warmup - r))  # the round's first call: not timed (either side)
+        untimed_ended()
+        ms = kept(settings, r, time_calls(fn, calls, timer_for(device, settings.flush_l2),
+                                          args, on_output))
+        samples += ms
+        medians.append(statistics.median(ms))
+    handshake(folder, len(rounds), device)
+    return TimingStats.of(samples).model_copy(update={"rounds": medians})
+
+
+HANDSHAKE_WAIT_S = 300.0
+
+
+def handshake(folder: Path, r: int, device: torch.device) -> None:
+    """Tell the parent that round `r` may start (our work finished first), wait for its
+    go. Its thread answers every ready; the wait is bounded all the same, and a go the
+    candidate wrote itself gains nothing: the parent stops this process group for the
+    reference's rounds whatever the files say."""
+    sync(device)
+    (folder / f"ready_{r}").write_text("")
+    deadline = time.monotonic() + HANDSHAKE_WAIT_S
+    while not (folder / f"go_{r}").exists() and time.monotonic() < deadline:
+        time.sleep(0.0005)
