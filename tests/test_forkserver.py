@@ -75,13 +75,17 @@ def test_a_killed_zygote_is_replaced_then_given_up(tmp_path):
             os.kill(FORK_SERVERS.servers[key[0]].proc.pid, signal.SIGKILL)
 
 
-def test_a_zygote_with_a_thread_refuses_and_children_start_afresh(tmp_path):
+def test_a_zygote_with_a_thread_refuses_and_children_start_afresh(tmp_path, capfd):
     env = {**ENV, "KB_TEST_FORK": "threaded"}
-    for i in range(2):
+    for i in range(3):
         out = run_isolated("threaded_import:hello", {}, workdir=tmp_path / f"t{i}",
                            timeout_s=120, env=env)
         assert out.ok, out.describe()
         assert "kb_eval.isolation.zygote" not in out.result["cmdline"], out.result
+    key = [k for k in FORK_SERVERS.starts if '"KB_TEST_FORK": "threaded"' in k]
+    assert FORK_SERVERS.starts[key[0]] == 1  # a refusal is final: no zygote started again
+    told = [ln for ln in capfd.readouterr().err.splitlines() if "start afresh" in ln]
+    assert len(told) == 1 and "Python threads" in told[0], told  # said once, with why
 
 
 def test_zygotes_are_bounded_least_recent_first(tmp_path, monkeypatch):

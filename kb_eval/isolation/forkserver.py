@@ -107,9 +107,11 @@ class ForkServer:
         self.control = ours
         self.control.settimeout(READY_TIMEOUT_S)
         self.error: str | None = None
+        self.refused = False  # the zygote itself said forking is unsafe: do not retry
         try:
             hello = self._reply()
             if not hello.get("ready"):
+                self.refused = True
                 self._broken(hello.get("error") or "not ready")
         except (OSError, ValueError) as e:
             self._broken(f"{type(e).__name__}: {e}")
@@ -126,6 +128,7 @@ class ForkServer:
             theirs.close()
             reply = self._reply()
             if not reply.get("ok"):
+                self.refused = True
                 raise OSError(reply.get("error") or "no child")
             ours.settimeout(PID_TIMEOUT_S)
             pid = int(_read_line(ours))
@@ -174,6 +177,7 @@ class ForkServers:
         self.lock = threading.Lock()
         self.servers: dict[str, ForkServer] = {}
         self.starts: dict[str, int] = {}
+        self.told: set[str] = set()
         self.dir = Path(os.environ.get("TMPDIR", "/tmp")) / f"kb_eval_zygotes_{os.getpid()}"
 
     def enabled(self) -> bool:
@@ -190,13 +194,18 @@ class ForkServers:
             server = self.servers.pop(key, None)
             if server is not None:
                 self.servers[key] = server  # the most recently used last
-            if server is None or (server.error and self.starts.get(key, 0) < MAX_STARTS):
+            if server is None or (server.error and not server.refused
+                                  and self.starts.get(key, 0) < MAX_STARTS):
                 self._make_room()
                 self.starts[key] = self.starts.get(key, 0) + 1
                 try:
                     server = self.servers[key] = ForkServer(env, self.dir)
                 except OSError:  # no zygote could be started (e.g. out of memory)
                     return None
+            if server.error and key not in self.told:
+                self.told.add(key)  # once per environment: the run is slower, not wrong
+                print(f"kb_eval: children start afresh, not forked ({server.error})",
+                      file=sys.stderr)
         return None if server.error else server
 
     def _make_room(self) -> None:
