@@ -113,7 +113,8 @@ def add_checking_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--keep-workdirs", action="store_true",
                    help="keep each sample's scratch folder (outputs, logs) for debugging")
     g.add_argument("--live-baseline", action="store_true",
-                   help="time the PyTorch reference in this run instead of reading "
+                   help="time the PyTorch reference (as --baseline-compile says, else "
+                        "eager) in this run instead of reading "
                         "results/baseline/<hardware>/<source>/<precision>.json (timed live "
                         "anyway, with a note, when that file is missing or lacks a problem)")
     g.add_argument("--baseline-compile", default=None, metavar="MODE",
@@ -123,7 +124,10 @@ def add_checking_flags(p: argparse.ArgumentParser) -> None:
                         f"{', '.join(COMPILE_MODES)}), or the Apache TVM one (tvm: "
                         "`--compile tvm`; tvm-noarch: `--compile tvm --tvm-no-arch`), instead "
                         "of the eager one; a missing file is an error, never replaced by "
-                        "live timing")
+                        "live timing. With --live-baseline: the reference compiled so is "
+                        "timed in this run (built once per problem in the reference "
+                        "server; a problem the compiler cannot take gets no speedup, "
+                        "flagged no_baseline with the reason)")
 
 
 def check_tolerances(args) -> None:
@@ -132,8 +136,6 @@ def check_tolerances(args) -> None:
         v = getattr(args, flag, None)
         if v is not None and v < 0:
             raise UserError(f"--{flag.replace('_', '-')} must be at least 0 (got {v:g})")
-    if getattr(args, "baseline_compile", None) and getattr(args, "live_baseline", False):
-        raise UserError("--baseline-compile and --live-baseline: pick one baseline")
 
 
 def add_quiet_flag(p: argparse.ArgumentParser) -> None:

@@ -139,3 +139,56 @@ def test_missing_tvm_file_names_the_command(tmp_path):
     assert proc.returncode == 2
     assert "fp32_tvm-noarch.json is missing" in proc.stderr
     assert "--compile tvm --tvm-no-arch" in proc.stderr and "Traceback" not in proc.stderr
+
+
+SQUARE_CANDIDATE = '''import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+ext = load_inline("kb_test_tvm_square", functions=["square1"], cpp_sources=r"""
+torch::Tensor square1(torch::Tensor x) { return x * x + 1.0; }
+""")
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return ext.square1(x)
+'''
+RFFT_CANDIDATE = SQUARE_CANDIDATE.replace("square1", "rfft_abs").replace(
+    "kb_test_tvm_square", "kb_test_tvm_rfft").replace("x * x + 1.0", "at::abs(at::fft_rfft(x))")
+
+
+def test_eval_times_the_tvm_baseline_live(tmp_path, build_cache_dir):
+    """--live-baseline --baseline-compile tvm: the reference server builds the reference
+    with TVM once per problem and times that, paired rounds included; a problem TVM cannot
+    take is judged all the same, with no speedup and a no_baseline flag giving TVM's
+    reason. The report keeps such runs apart from eager ones; a resume must match."""
+    from candidates import eval_kit as kit
+    from kb_eval.report.runs import baseline_kind
+    from kb_eval.results import RunFile
+    level = tmp_path / "probs" / "level1"
+    level.mkdir(parents=True)
+    (level / "1_square.py").write_text(SQUARE_PROBLEM)
+    (level / "2_rfft.py").write_text(FFT_PROBLEM)
+    cands = tmp_path / "cands"
+    cands.mkdir()
+    (cands / "level1_problem1_sample0.py").write_text(SQUARE_CANDIDATE)
+    (cands / "level1_problem2_sample0.py").write_text(RFFT_CANDIDATE)
+    args = ["--candidates", str(cands), "--source", str(tmp_path / "probs"), "--backend",
+            "cpp", "--live-baseline", "--trials", "6", "--warmup", "1", "--name", "m",
+            "--run", "r1", "--results-dir", str(tmp_path / "results"),
+            "--cache-dir", str(build_cache_dir)]
+    proc = kit.cli(*args, "--baseline-compile", "tvm")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    run = json.loads((tmp_path / "results" / "m" / "r1" / "results.json").read_text())
+    assert run["baseline"] == "live" and run["config"]["baseline_mode"] == "tvm"
+    square, rfft = sorted(run["samples"], key=lambda r: r["problem_id"])
+    assert square["status"] == rfft["status"] == "correct", (square, rfft)
+    assert square["baseline_source"] == "live" and square["baseline"]["median"] > 0
+    assert square["speedup"] > 0 and square["speedup_ci_method"] == "paired_rounds"
+    assert not [f for f in square["flags"] if f["code"] == "no_baseline"]
+    assert rfft["speedup"] is None and rfft["baseline"] is None
+    (flag,) = [f for f in rfft["flags"] if f["code"] == "no_baseline"]
+    assert "no tvm baseline" in flag["message"] and "TVM Relax import failed" in flag["message"]
+    assert baseline_kind(RunFile.model_validate(run)) == "live (tvm)"
+    proc = kit.cli(*args, "--resume")  # eager this time: not the run's baseline
+    assert proc.returncode == 2 and "baseline mode tvm, this call eager" in proc.stderr

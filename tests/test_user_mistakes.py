@@ -81,7 +81,6 @@ CASES = [
     ("run", ["--resume", "--run", "nosuch"], "nothing to resume"),
     ("run", ["--resume"], "no run under"),
     ("eval", [*EVAL, "--resume", "--run", "nosuch"], "nothing to resume"),
-    ("run", ["--live-baseline", "--baseline-compile", "default"], "pick one baseline"),
     ("eval", [*EVAL, "--baseline-compile", "max-autotune", "--results-dir", "{runs}"],
      "_compile-max-autotune.json is missing"),
     *[(cli, [], "KB_EVAL_CONFIG") for cli in CLIS],

@@ -101,7 +101,9 @@ class RunWriter:
                            ("precision", old.precision, fresh.precision),
                            ("backend", old.backend, fresh.backend),
                            ("timing method", old.timing.method, fresh.timing.method),
-                           ("baseline", old.baseline == "live", fresh.baseline == "live")):
+                           ("baseline", old.baseline == "live", fresh.baseline == "live"),
+                           ("baseline mode", old.config.get("baseline_mode", "eager"),
+                            fresh.config.get("baseline_mode", "eager"))):
             if a != b:
                 raise UserError(f"cannot resume: the run has {what} {a}, this call {b}")
         old.problems_asked = list(dict.fromkeys(old.problems_asked + fresh.problems_asked))

@@ -58,11 +58,13 @@ class RunEntry:
 
 
 def baseline_kind(run: RunFile) -> str:
-    """live or file; a file of torch.compile or TVM timings is its own kind (not eager)."""
+    """live or file; torch.compile or TVM timings (a file, or timed live) are their own
+    kind, never eager's."""
     where = run.baseline or next((r.baseline_source for r in run.samples
                                   if r.baseline_source), "")
     if where == "live":
-        return "live"
+        mode = run.config.get("baseline_mode") or "eager"
+        return "live" if mode == "eager" else f"live ({mode})"
     if not where:
         return "unknown"
     stem = Path(where).stem

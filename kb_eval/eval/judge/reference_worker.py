@@ -40,7 +40,9 @@ from kb_eval.eval.child.observe import observe, output_tensors
 from kb_eval.eval.wire.labels import label_name
 from kb_eval.eval.child.probes import (changed_since, copy_bandwidth, empty_call_ms,
                                        fingerprints, probe_inputs, sync, tensor_bytes)
-from kb_eval.harness import inputs_for, load_problem, reference_model, time_model
+from kb_eval.compilers.tvm import baseline_callable as tvm_callable, is_tvm_mode
+from kb_eval.harness import (compile_model, inputs_for, load_problem, reference_model,
+                             time_model)
 from kb_eval.faults import inject_fault
 from kb_eval.inputs import (cast_tree, make_init_inputs, make_inputs, precision_dtype,
                             set_precision_flags)
@@ -65,6 +67,9 @@ class Problem:
     truth_error: str | None = None  # the reference cannot run in float64: why
     first: list | None = None  # fingerprints of correct_0's outputs: input-independent?
     peak_bytes: int | None = None  # the device memory a forward took, inputs included
+    # The baseline timed live, per mode other than eager: the compiled model, or why the
+    # compiler could not take this problem (--live-baseline --baseline-compile MODE).
+    compiled: dict[str, object] = field(default_factory=dict)
 
     @property
     def bytes(self) -> int:
@@ -226,8 +231,12 @@ def compare_sample(payload: dict, workdir: Path) -> dict:
     if payload.get("metrics"):
         result["metrics"] = _floor_metrics(p, payload, device, settings)
     if payload.get("timing") is not None:
-        result["timing"] = time_model(p.model, p.module, payload["seed"], payload["precision"],
-                                      device, settings).model_dump()
+        timed = baseline_model(p, payload, device)
+        if isinstance(timed, str):
+            result["timing_error"] = timed
+        else:
+            result["timing"] = time_model(timed, p.module, payload["seed"],
+                                          payload["precision"], device, settings).model_dump()
     del refs, truth
     release(device)
     return result
@@ -252,14 +261,36 @@ def time_round(payload: dict, device: torch.device) -> dict:
         # bookkeeping is free, and this way round the copies' intervals held 1.0.
         return inputs_for(module, seed, ("timing", i), precision, device)
 
+    timed = baseline_model(p, payload, device)
+    if isinstance(timed, str):
+        raise RuntimeError(f"no {payload.get('baseline_mode')} baseline: {timed}")
     with torch.no_grad():
         for i in range(1 + (settings.warmup if r == 0 else 0)):
-            p.model(*args(-1 - i))
+            timed(*args(-1 - i))
         sync(device)
-        ms = kept(settings, r, time_calls(p.model, paired_rounds(settings)[r],
+        ms = kept(settings, r, time_calls(timed, paired_rounds(settings)[r],
                                           timer_for(device, settings.flush_l2), args))
     release(device)
     return {"ms": ms}
+
+
+def baseline_model(p: Problem, payload: dict, device: torch.device):
+    """What a live baseline times: the reference itself (eager), or the reference compiled
+    as `payload["baseline_mode"]` asks (torch.compile, TVM), built once per problem and
+    mode here, on the problem's own inputs; a string says why the compiler could not."""
+    mode = payload.get("baseline_mode") or "eager"
+    if mode == "eager":
+        return p.model
+    if mode not in p.compiled:
+        try:
+            if is_tvm_mode(mode):
+                p.compiled[mode] = tvm_callable(p.model, p.module, payload["seed"],
+                                                payload["precision"], device, mode)[0]
+            else:
+                p.compiled[mode] = compile_model(p.model, mode.removeprefix("compile-"))
+        except Exception as e:  # noqa: BLE001 - the compiler's limit, nobody's fault
+            p.compiled[mode] = f"{type(e).__name__}: {e}".splitlines()[0][:300]
+    return p.compiled[mode]
 
 
 def _reset_peak(device: torch.device) -> int:

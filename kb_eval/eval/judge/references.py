@@ -41,6 +41,7 @@ class ReferenceState:
     detail: str | None = None
     crash: CrashInfo | None = None
     harness: bool = False  # the error is the server's (died, killed), not the reference's
+    timing_error: str | None = None  # live baseline: why the compiler could not take it
     plan: MemoryPlan | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -180,6 +181,7 @@ class ReferenceStore:
                    "compare": {"folder": str(folder), "atol": cfg.atol, "rtol": cfg.rtol,
                                "rule": cfg.tolerance, "truth": truth},
                    "timing": cfg.timing.model_dump() if want_timing else None,
+                   "baseline_mode": cfg.baseline_mode,
                    "metrics": state.metrics is None, "floor_timing": cfg.timing.model_dump(),
                    "keep_bytes": keep_bytes(cfg.mem_limit_mb)}
         out = self._call(device, payload)
@@ -197,7 +199,9 @@ class ReferenceStore:
             state.metrics = result["metrics"]
         if want_timing:
             state.timed = True
-            state.timing = TimingStats.model_validate(result["timing"])
+            state.timing_error = result.get("timing_error")
+            if state.timing_error is None:
+                state.timing = TimingStats.model_validate(result["timing"])
         return ReferenceRun(state, seen=result.get("seen", {}), diffs=result.get("diffs", {}),
                             tolerance=result.get("tolerance") or {})
 
@@ -208,7 +212,8 @@ class ReferenceStore:
         cfg, server = self.ctx.config, self.servers[device]
         payload = {"time_calls": True, "round": r, "problem_code": problem.code,
                    "device": self.ctx.torch_device(device), "precision": cfg.precision,
-                   "seed": self.ctx.problem_seed(problem), "timing": cfg.timing.model_dump()}
+                   "seed": self.ctx.problem_seed(problem), "timing": cfg.timing.model_dump(),
+                   "baseline_mode": cfg.baseline_mode}
         with self._server_locks[device]:
             out = server.call(payload, timeout_s=cfg.run_timeout_s, mem_limit_mb=cfg.mem_limit_mb)
         ms = (out.result or {}).get("ms") if out.ok else None

@@ -106,6 +106,9 @@ def judge_sample(ctx: EvalContext, problem: Problem, source: str, n_correct: int
         record.error = "; ".join(reasons) or "outputs differ from the reference"
     if cfg.live_baseline:
         record.baseline, record.baseline_source = ref.state.timing, "live"
+        if ref.state.timing_error:
+            record.flags.append(Flag(code="no_baseline", message=f"no {cfg.baseline_mode} "
+                                     f"baseline for {problem.key}: {ref.state.timing_error}"))
     else:
         record.baseline, record.baseline_source = ctx.baseline_for(problem), "file"
         if record.baseline is None:
