@@ -1,6 +1,7 @@
 """What every command line shares: one-line errors for user mistakes, exit code 2, the
-selection flags (source, level, problems, name), and the flags of how candidates are
-built and run (eval and run both evaluate)."""
+selection flags (source, level, problems, name), --results-dir, counts whose default
+depends on the device (--trials, --warmup), and the flags of how candidates are built and
+run (eval and run both evaluate)."""
 
 from __future__ import annotations
 
@@ -72,6 +73,19 @@ def add_level_flag(g, help_text: str) -> None:
 def add_precision_flag(p: argparse.ArgumentParser, default: str) -> None:
     p.add_argument("--precision", choices=["fp32", "fp16", "bf16"], default=default,
                    help=f"dtype of inputs and weights; fp32 runs with TF32 off (default: {default})")
+
+
+def add_count_flag(p: argparse.ArgumentParser, flag: str, what: str, gpu: int, cpu: int,
+                   on_cpu: str = "on CPU") -> None:
+    """A count (--trials, --warmup, ...) whose default depends on the device: None here,
+    filled in once the device is known."""
+    p.add_argument(flag, type=int, default=None,
+                   help=f"{what} (default: {gpu} on GPU, {cpu} {on_cpu})")
+
+
+def add_results_dir_flag(p: argparse.ArgumentParser, default: Path, what: str) -> None:
+    p.add_argument("--results-dir", type=Path, default=default,
+                   help=f"{what} (default: {default})")
 
 
 # EvalConfig.recheck_timed's default, written here so that the parsers need not import

@@ -12,8 +12,9 @@ from pathlib import Path
 import torch
 
 from kb_eval.baseline.stage import BaselineJob, run_baseline
-from kb_eval.cli import (COMPILE_MODES, Parser, add_precision_flag, add_quiet_flag,
-                         add_selection_flags, check_gpus_visible, run_cli, writable_dir)
+from kb_eval.cli import (COMPILE_MODES, Parser, add_count_flag, add_precision_flag,
+                         add_quiet_flag, add_results_dir_flag, add_selection_flags,
+                         check_gpus_visible, run_cli, writable_dir)
 from kb_eval.compilers.flags import add_tvm_flags, baseline_mode_of
 from kb_eval.errors import UserError
 from kb_eval.problems import load_problems
@@ -33,12 +34,9 @@ def parser(defaults) -> Parser:
                    help="time torch.compile(model, mode=...) instead of eager, or 'tvm': "
                         "the reference exported with torch.export and built by Apache TVM")
     add_tvm_flags(p)
-    p.add_argument("--warmup", type=int, default=None,
-                   help=f"untimed calls before timing (default: {defaults.warmup} on GPU, "
-                        f"{defaults.cpu_warmup} on CPU)")
-    p.add_argument("--trials", type=int, default=None,
-                   help=f"timed calls (default: {defaults.trials} on GPU, "
-                        f"{defaults.cpu_trials} on CPU)")
+    add_count_flag(p, "--warmup", "untimed calls before timing", defaults.warmup,
+                   defaults.cpu_warmup)
+    add_count_flag(p, "--trials", "timed calls", defaults.trials, defaults.cpu_trials)
     p.add_argument("--no-l2-flush", action="store_true", help="do not flush L2 between calls")
     p.add_argument("--device", choices=["cuda", "cpu"], default=None,
                    help="where to time (default: cuda if a GPU is visible, else cpu)")
@@ -47,9 +45,8 @@ def parser(defaults) -> Parser:
     p.add_argument("--timeout", type=float, default=defaults.run_timeout_s,
                    help=f"seconds per problem before its child is killed "
                         f"(default: {defaults.run_timeout_s:g})")
-    p.add_argument("--results-dir", default=str(defaults.results_dir),
-                   help=f"root of result files; the file is <results-dir>/baseline/<hardware>/"
-                        f"<source>/<precision>.json (default: {defaults.results_dir})")
+    add_results_dir_flag(p, defaults.results_dir, "root of result files; the file is "
+                         "<results-dir>/baseline/<hardware>/<source>/<precision>.json")
     p.add_argument("--output", default=None, help="write this file instead of the default path")
     p.add_argument("--resume", action="store_true",
                    help="skip problems already recorded in the file")

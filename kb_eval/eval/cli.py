@@ -10,8 +10,9 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from kb_eval.cli import (Parser, add_checking_flags, add_execution_flags, add_level_flag,
-                         add_precision_flag, add_quiet_flag, baseline_mode, check_tolerances,
+from kb_eval.cli import (Parser, add_checking_flags, add_count_flag, add_execution_flags,
+                         add_level_flag, add_precision_flag, add_quiet_flag,
+                         add_results_dir_flag, baseline_mode, check_tolerances,
                          execution_config, run_cli, writable_dir)
 from kb_eval.errors import UserError
 from kb_eval.ray_cluster import add_executor_flags, executor_config
@@ -56,17 +57,14 @@ def build_parser(defaults) -> argparse.ArgumentParser:
                         "--resume: the latest run)")
     p.add_argument("--resume", action="store_true",
                    help="continue the run's results.json, skipping samples already recorded")
-    p.add_argument("--trials", type=int, default=None,
-                   help=f"timed calls per candidate (default: {defaults.trials} on GPU, "
-                        f"{defaults.cpu_trials} on CPU)")
-    p.add_argument("--warmup", type=int, default=None,
-                   help=f"untimed calls before timing (default: {defaults.warmup} on GPU, "
-                        f"{defaults.cpu_warmup} on CPU)")
+    add_count_flag(p, "--trials", "timed calls per candidate", defaults.trials,
+                   defaults.cpu_trials)
+    add_count_flag(p, "--warmup", "untimed calls before timing", defaults.warmup,
+                   defaults.cpu_warmup)
     p.add_argument("--correct-trials", type=int, default=defaults.correct_trials,
                    help="correctness trials, each with fresh inputs "
                         f"(default: {defaults.correct_trials})")
-    p.add_argument("--results-dir", type=Path, default=defaults.results_dir,
-                   help=f"where results and baselines live (default: {defaults.results_dir})")
+    add_results_dir_flag(p, defaults.results_dir, "where results and baselines live")
     add_quiet_flag(p)
     add_checking_flags(p)
     add_execution_flags(p, defaults)

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from kb_eval.cli import (Parser, add_precision_flag, add_quiet_flag, add_selection_flags,
-                         writable_dir)
+from kb_eval.cli import (Parser, add_count_flag, add_precision_flag, add_quiet_flag,
+                         add_results_dir_flag, add_selection_flags, writable_dir)
 from kb_eval.errors import UserError
 
 TASK = "kb_eval.profile.capture:profile_task"
@@ -52,8 +52,7 @@ def parser(defaults) -> Parser:
                         "written last")
     p.add_argument("--sample", type=int, default=None, metavar="N",
                    help="with --model/--run: profile sample N's last turn instead")
-    p.add_argument("--results-dir", default=str(defaults.results_dir),
-                   help=f"where runs live, for --model/--run (default: {defaults.results_dir})")
+    add_results_dir_flag(p, defaults.results_dir, "where runs live, for --model/--run")
     p.add_argument("--compare", action="store_true",
                    help="with --solution or --model/--run: profile the reference too and write "
                         "<out>/<label>_compare/compare.{json,md}: per-category time and "
@@ -72,11 +71,8 @@ def parser(defaults) -> Parser:
                    help="with --bert: sequence lengths (default: 128 512)")
     p.add_argument("--device", choices=["cuda", "cpu"], default=None,
                    help="where to profile (default: cuda if a GPU is visible, else cpu)")
-    p.add_argument("--steps", type=int, default=None,
-                   help="forwards recorded; figures are per forward (default: 5 on GPU, 2 on "
-                        "CPU)")
-    p.add_argument("--warmup", type=int, default=None,
-                   help="forwards before recording (default: 3 on GPU, 1 on CPU)")
+    add_count_flag(p, "--steps", "forwards recorded; figures are per forward", 5, 2)
+    add_count_flag(p, "--warmup", "forwards before recording", 3, 1)
     p.add_argument("--out", default="results/profile",
                    help="folder for the per-configuration outputs (default: results/profile)")
     p.add_argument("--timeout", type=float, default=defaults.build_timeout_s,

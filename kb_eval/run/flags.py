@@ -12,10 +12,10 @@ import re
 import time
 from pathlib import Path
 
-from kb_eval.cli import (RECHECK_TIMED_DEFAULT, Parser, add_checking_flags,
+from kb_eval.cli import (RECHECK_TIMED_DEFAULT, Parser, add_checking_flags, add_count_flag,
                          add_execution_flags, add_precision_flag, add_quiet_flag,
-                         add_selection_flags, baseline_mode, check_tolerances,
-                         execution_config)
+                         add_results_dir_flag, add_selection_flags, baseline_mode,
+                         check_tolerances, execution_config)
 from kb_eval.errors import UserError
 from kb_eval.ray_cluster import add_executor_flags, executor_config
 
@@ -94,16 +94,13 @@ def _add_run_flags(p: Parser) -> None:
 
 def _add_timing_flags(p: Parser, defaults) -> None:
     """How answers and the PyTorch reference are checked and timed."""
-    p.add_argument("--trials", type=int,
-                   help=f"timed calls per sample (default: {defaults.trials} on GPU, "
-                        f"{defaults.cpu_trials} for cpp on the CPU)")
-    p.add_argument("--warmup", type=int,
-                   help=f"untimed calls before timing (default: {defaults.warmup} on GPU, "
-                        f"{defaults.cpu_warmup} for cpp on the CPU)")
+    add_count_flag(p, "--trials", "timed calls per sample", defaults.trials,
+                   defaults.cpu_trials, on_cpu="for cpp on the CPU")
+    add_count_flag(p, "--warmup", "untimed calls before timing", defaults.warmup,
+                   defaults.cpu_warmup, on_cpu="for cpp on the CPU")
     p.add_argument("--correct-trials", type=int,
                    help=f"correctness trials, fresh inputs each (default: {defaults.correct_trials})")
-    p.add_argument("--results-dir", type=Path, default=defaults.results_dir,
-                   help=f"where runs and baselines live (default: {defaults.results_dir})")
+    add_results_dir_flag(p, defaults.results_dir, "where runs and baselines live")
 
 
 def flag_defaults(defaults) -> dict:
