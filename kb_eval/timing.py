@@ -74,16 +74,17 @@ class TimingStats(BaseModel):
 # CPU used between calls by threads of the candidate's process, which the check for work
 # outside the calls (eval/child/threads.py) would charge to an honest kernel using OpenMP.
 # Passive threads sleep at once; whatever CPU a thread still uses between calls is work.
-# glibc's malloc moves its mmap threshold with each process's history: a call's 512 KB
-# output came fresh from mmap (page faults timed inside the call, ~8 % of a 3 ms CPU
-# matmul) in one process and from the heap in another, a bias between two timings of the
-# same code that no resampling sees. Fixed thresholds make both sides allocate alike:
-# blocks under 1 GiB from the heap, freed memory kept (4 GiB) rather than trimmed and
-# faulted in again. CPU reference copies (tests/test_paired_timing.py's 6, 3 runs each,
-# alternating, quiet 2-core machine): 16 of 18 within [0.95, 1.05] with them (all within
-# [0.937, 1.041]), 11 of 18 without (down to 0.842).
+# glibc's malloc moves its mmap threshold with each process's history: a call's output
+# may come from fresh mmap pages (their page faults timed inside the call) in one process
+# and from the heap in another, a bias between two timings of the same code that no
+# resampling sees. Fixed thresholds make both sides allocate alike: blocks under 1 GiB
+# from the heap, up to 1 GiB of freed memory kept rather than trimmed and faulted in
+# again (more would count against the children's host-memory limit). CPU reference
+# copies (tests/test_paired_timing.py's 6; 3 runs each, alternating, quiet 2-core
+# machine; measured with 4 GiB kept, which these small problems never reach): 16 of 18
+# within [0.95, 1.05] with them (all in [0.937, 1.041]), 11 of 18 without (down to 0.842).
 TIMED_PROCESS_ENV = {"OMP_WAIT_POLICY": "PASSIVE", "MALLOC_MMAP_THRESHOLD_": str(1 << 30),
-                     "MALLOC_TRIM_THRESHOLD_": str(4 << 30)}
+                     "MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
 MAX_ROUNDS = 20
 
 
