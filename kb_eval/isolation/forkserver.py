@@ -32,8 +32,9 @@ ENABLE_VAR = "KB_EVAL_FORK_SERVER"
 READY_TIMEOUT_S = 120.0  # a zygote imports torch (and, at a first request, a module)
 PID_TIMEOUT_S = 30.0
 MAX_STARTS = 3  # zygotes per environment: one that keeps breaking is not worth restarting
-# Zygotes alive at once (~0.3-0.6 GB each, torch imported): a build environment and one
-# per GPU of an 8-GPU host fit; a process that meets more (tests) ends the least recent.
+# Zygotes alive at once (each holds torch: 0.22 GB resident with the CPU build here): a
+# build environment and one per GPU of an 8-GPU host fit; a process that meets more
+# environments (tests) ends the least recently used.
 MAX_ZYGOTES = 12
 
 
