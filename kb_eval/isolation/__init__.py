@@ -15,9 +15,10 @@ A child is forked from a zygote of its environment (forkserver, zygote: torch im
 once, milliseconds per child instead of seconds of Python + torch start-up) where it can
 be, else started afresh; spare children per environment are started ahead and wait
 (torch imported, the CUDA context opened if asked) for their task on stdin; each child
-still runs exactly one task. Trusted work that gains from keeping state (the reference side: each problem's
-model and outputs) runs in a `Server`: one long-lived child, watched the same way per
-task, answering each through its result file, replaced by a fresh one when it fails.
+still runs exactly one task. Trusted work that gains from keeping state (the reference
+side: each problem's model and outputs) runs in a `Server`: one long-lived child, watched
+the same way per task, answering each through its result file, replaced by a fresh one
+when it fails.
 
 Modules: oneshot (run_isolated), server (Server), spares (pre-started children), handle
 (the parent's handle on one child: start, send, watch, kill), forkserver (the parent's

@@ -13,6 +13,7 @@ starts the child the slow way: a fork server can make a run faster, never differ
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import shutil
@@ -22,6 +23,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import OrderedDict
 from pathlib import Path
 from typing import Callable, TypeVar
 
@@ -44,7 +46,8 @@ class ForkedProc:
 
     def __init__(self, pid: int, channel: socket.socket):
         self.pid, self.returncode = pid, None
-        self.stdin = _Channel(channel)
+        self.stdin = channel.makefile("wb")
+        channel.close()  # the file holds the socket now: closing it ends the child's input
         self._lock = threading.Lock()
 
     def poll(self) -> int | None:
@@ -57,7 +60,8 @@ class ForkedProc:
                     return self.returncode
                 if pid:
                     self.returncode = os.waitstatus_to_exitcode(status)
-                    self.stdin.close()
+                    with contextlib.suppress(OSError):
+                        self.stdin.close()
             return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
@@ -67,29 +71,6 @@ class ForkedProc:
                 raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout)
             time.sleep(0.002)
         return self.returncode
-
-
-class _Channel:
-    """The task channel as the file Child.send writes to; closing it ends the child's
-    input (a one-shot child reads one task, then end of file)."""
-
-    def __init__(self, sock: socket.socket):
-        self.sock = sock
-
-    def write(self, data: bytes) -> None:
-        self.sock.sendall(data)
-
-    def flush(self) -> None:
-        pass
-
-    def close(self) -> None:
-        if self.sock.fileno() < 0:
-            return
-        try:
-            self.sock.shutdown(socket.SHUT_WR)
-        except OSError:
-            pass
-        self.sock.close()
 
 
 class ForkServer:
@@ -132,9 +113,12 @@ class ForkServer:
                 self.refused = True
                 raise OSError(reply.get("error") or "no child")
             ours.settimeout(PID_TIMEOUT_S)
-            pid = int(_read_line(ours))
+            with ours.makefile("rb") as reader:
+                line = reader.readline()
+            if not line.endswith(b"\n"):
+                raise OSError("the child ended before it said its pid")
             ours.settimeout(None)
-            return ForkedProc(pid, ours)
+            return ForkedProc(int(line), ours)
         except (OSError, ValueError) as e:
             theirs.close()
             ours.close()
@@ -161,22 +145,12 @@ class ForkServer:
         procs.LIVE.unkeep(self.proc.pid)
 
 
-def _read_line(sock: socket.socket) -> str:
-    data = b""
-    while not data.endswith(b"\n"):
-        chunk = sock.recv(64)
-        if not chunk:
-            raise OSError("the child ended before it said its pid")
-        data += chunk
-    return data.decode()
-
-
 class ForkServers:
     """The zygotes of this process, one per environment, started at first use."""
 
     def __init__(self):
         self.lock = threading.Lock()
-        self.servers: dict[str, ForkServer] = {}
+        self.servers: OrderedDict[str, ForkServer] = OrderedDict()  # least recently used first
         self.starts: dict[str, int] = {}
         self.told: set[str] = set()
         self.dir = Path(os.environ.get("TMPDIR", "/tmp")) / f"kb_eval_zygotes_{os.getpid()}"
@@ -192,9 +166,9 @@ class ForkServers:
             return None
         key = json.dumps(env, sort_keys=True)
         with self.lock:
-            server = self.servers.pop(key, None)
+            server = self.servers.get(key)
             if server is not None:
-                self.servers[key] = server  # the most recently used last
+                self.servers.move_to_end(key)
             if server is None or (server.error and not server.refused
                                   and self.starts.get(key, 0) < MAX_STARTS):
                 self._make_room()
@@ -211,8 +185,7 @@ class ForkServers:
 
     def _make_room(self) -> None:
         while len(self.servers) >= MAX_ZYGOTES:
-            oldest = next(iter(self.servers))
-            server = self.servers.pop(oldest)
+            oldest, server = self.servers.popitem(last=False)
             self.starts.pop(oldest, None)
             if server.error is None:
                 server.close()
@@ -232,7 +205,7 @@ class ForkServers:
 
     def close(self) -> None:
         with self.lock:
-            servers, self.servers = list(self.servers.values()), {}
+            servers, self.servers = list(self.servers.values()), OrderedDict()
         for server in servers:
             if server.error is None:
                 server.close()

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 from kb_eval.isolation.forkserver import FORK_SERVERS
-from kb_eval.isolation.procs import (CHECK_S, LIVE, MARKER, RSS, become_subreaper,
+from kb_eval.isolation.procs import (ADOPTING, CHECK_S, LIVE, MARKER, RSS, become_subreaper,
                                      file_size, killpg, reap_orphans)
 
 POLL_S = 0.005  # how often a watcher looks whether its child is done (GPU lane: latency)
@@ -48,10 +48,12 @@ class Child:
             child = FORK_SERVERS.spawn(full_env, preload, log_file, lambda p: cls(p, log_file))
             if child is not None:
                 return child
-        proc = subprocess.Popen([sys.executable, "-m", "kb_eval.isolation", preload],
-                                stdin=subprocess.PIPE, stdout=log_file, stderr=subprocess.STDOUT,
-                                env=full_env, start_new_session=True, close_fds=True)
-        return cls(proc, log_file)
+        with ADOPTING:  # until the child is in LIVE, no reaper takes it for an orphan
+            proc = subprocess.Popen([sys.executable, "-m", "kb_eval.isolation", preload],
+                                    stdin=subprocess.PIPE, stdout=log_file,
+                                    stderr=subprocess.STDOUT, env=full_env,
+                                    start_new_session=True, close_fds=True)
+            return cls(proc, log_file)
 
     def adopt_log(self, log_path: Path) -> None:
         """A spare was started with a scratch log; point the task's log name at it."""

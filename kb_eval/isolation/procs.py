@@ -57,8 +57,9 @@ class Registry:
 
 
 LIVE = Registry()
-# Held while a forked child is re-parented to us and not yet in LIVE (forkserver.py), and
-# by the reapers while they look for orphans: such a child is never taken for one.
+# Held from a child's start until it is in LIVE (Child.start: started afresh, or forked
+# and re-parented to us, forkserver.py), and by the reapers while they look for orphans:
+# a child being started is never taken for one.
 ADOPTING = threading.Lock()
 
 
@@ -117,12 +118,13 @@ def reap_orphans() -> None:
     if not sys.platform.startswith("linux"):
         return
     with ADOPTING:
+        known = LIVE.pids()
         for pid in proc_children():
             try:
                 environ = Path(f"/proc/{pid}/environ").read_bytes()
             except OSError:
                 continue
-            if f"{MARKER}=1".encode() in environ and pid not in LIVE.pids():
+            if f"{MARKER}=1".encode() in environ and pid not in known:
                 try:
                     os.kill(pid, signal.SIGKILL)
                     os.waitpid(pid, 0)
