@@ -218,7 +218,8 @@ class ReferenceStore:
             out = server.call(payload, timeout_s=cfg.run_timeout_s, mem_limit_mb=cfg.mem_limit_mb)
         ms = (out.result or {}).get("ms") if out.ok else None
         if not isinstance(ms, list) or len(ms) != k:
-            raise RuntimeError(f"reference round {r}: {out.describe()}")
+            why = (out.result or {}).get("error") if out.ok else None
+            raise RuntimeError(f"reference round {r}: {why or out.describe()}")
         return [float(x) for x in ms]
 
     def server_pids(self) -> set[int]:
