@@ -30,6 +30,7 @@ children in flight, so it may count more than once), each over wall x devices.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import shutil
@@ -219,16 +220,23 @@ def children_cpu_s() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def busy_share(records: list, wall: float, devices: int) -> None:
-    """Samples/s and the device busy share (module docstring)."""
+def busy_share(phases: list[dict], wall: float, devices: int) -> str:
+    """Samples/s and the device busy share (module docstring), from each sample's phases."""
     def total(step: str) -> float:
-        return sum(r.phases.get(step, 0.0) for r in records)
+        return sum(ph.get(step, 0.0) for ph in phases)
 
     held = total("child_timing")
     work = held + total("child_correctness") + total("reference")
-    print(f"  {len(records) / wall:.2f} samples/s; device busy share: timing lock "
-          f"{held / (wall * devices):.0%}, with correctness and reference <= "
-          f"{min(1.0, work / (wall * devices)):.0%} ({devices} device(s))", flush=True)
+    return (f"{len(phases) / wall:.2f} samples/s; device busy share: timing lock "
+            f"{held / (wall * devices):.0%}, with correctness and reference <= "
+            f"{min(1.0, work / (wall * devices)):.0%} ({devices} device(s))")
+
+
+def phase_medians(phases: list[dict]) -> str:
+    names = sorted({k for ph in phases for k in ph})
+    return "phases (median / total s): " + ", ".join(
+        f"{k} {statistics.median([ph.get(k, 0.0) for ph in phases]):.2f} / "
+        f"{sum(ph.get(k, 0.0) for ph in phases):.0f}" for k in names)
 
 
 def one_pass(label: str, pairs, config: EvalConfig, devices: int = 1) -> list:
@@ -263,11 +271,9 @@ def one_pass(label: str, pairs, config: EvalConfig, devices: int = 1) -> list:
     lanes = Counter(r.lane for r in records if getattr(r, "lane", None))
     if lanes:  # --executor ray: the Ray lane (node/device) that judged each sample
         print(f"  samples per Ray lane: {dict(lanes)}", flush=True)
-    busy_share(records, wall, devices)
-    phases = sorted({k for r in records for k in r.phases})
-    print("  phases (median / total s): " + ", ".join(
-        f"{k} {statistics.median([r.phases.get(k, 0.0) for r in records]):.2f} / "
-        f"{sum(r.phases.get(k, 0.0) for r in records):.0f}" for k in phases), flush=True)
+    phases = [r.phases for r in records]
+    print("  " + busy_share(phases, wall, devices), flush=True)
+    print("  " + phase_medians(phases), flush=True)
     bad = [r for r in records if r.status != "correct"][:3]
     for r in bad:
         print(f"  ! {r.key} s{r.sample}: {r.status}: {r.error}\n    {(r.detail or '')[-600:]}")
@@ -285,6 +291,15 @@ def corpus_pairs(folder: Path, source: str) -> list:
     if missing:
         sys.exit(f"eval_throughput: {source} lacks problems {missing[:5]}")
     return [(problems[(c.level, c.problem_id)], c.sample, c.path.read_text()) for c in files]
+
+
+def write_records(path: Path, passes: dict, args) -> None:
+    """Per pass, each sample's verdict and speedup with its interval (for comparing runs)."""
+    rows = {name: [{"key": r.key, "sample": r.sample, "status": r.status, "speedup": r.speedup,
+                    "speedup_ci": r.speedup_ci} for r in records]
+            for name, records in passes.items() if records}
+    path.write_text(json.dumps({"lane_depth": args.lane_depth, "executor": args.executor,
+                                "passes": rows}, indent=1))
 
 
 def ray_devices(gpu: bool) -> int:
@@ -325,6 +340,11 @@ def main() -> int:
                    help="problems of --corpus (default: ../shared/kernelbench)")
     p.add_argument("--no-pch", action="store_true", help="compile without the precompiled "
                    "torch/extension.h (kb_eval/eval/schedule/pch.py), to measure what it saves")
+    p.add_argument("--warm-only", action="store_true", help="keep --workdir's build cache "
+                   "from an earlier run and time only the warm pass (e.g. again with "
+                   "another --lane-depth, to compare verdicts and speedups)")
+    p.add_argument("--records", type=Path, default=None, help="write each sample's key, "
+                   "status, speedup and speedup_ci per pass to this JSON file")
     add_executor_flags(p)  # --executor, --ray-address: as python -m kb_eval.eval
     for action in p._actions:  # here the build cache lives under --workdir
         if action.dest == "executor":
@@ -344,7 +364,10 @@ def main() -> int:
     gpu = args.backend == "cuda"
     root = args.workdir or Path(tempfile.mkdtemp(prefix="kb_eval_bench_"))
     root.mkdir(parents=True, exist_ok=True)
-    shutil.rmtree(root / "cache", ignore_errors=True)
+    if args.warm_only and args.workdir is None:
+        sys.exit("eval_throughput: --warm-only needs the --workdir of an earlier run")
+    if not args.warm_only:
+        shutil.rmtree(root / "cache", ignore_errors=True)
     shutil.rmtree(root / "problems", ignore_errors=True)
     problems_dir = write_problems(root, args.rows or (4096 if gpu else 256),
                                   args.cols or (4096 if gpu else 256))
@@ -369,8 +392,10 @@ def main() -> int:
           f"executor {args.executor}, "
           f"{args.jobs} build jobs, {args.correct_trials} correctness trials, "
           f"{args.trials} timed calls; cache {config.cache_dir}", flush=True)
-    cold = one_pass("cold cache", pairs, config, devices)
+    cold = [] if args.warm_only else one_pass("cold cache", pairs, config, devices)
     warm = one_pass("warm cache", pairs, config, devices)
+    if args.records:
+        write_records(args.records, {"cold": cold, "warm": warm}, args)
     ok = all(r.status == "correct" for r in cold + warm)
     print("all correct" if ok else "NOT all correct (expected with --corpus: it holds "
           "wrong, slow and crashing candidates on purpose)")

@@ -2,10 +2,13 @@
 problems the evaluator can judge on this machine, what remains and why, and the wall time.
 
     python benchmarks/kernelbench_harness.py --source ../shared/kernelbench --levels 1 2 3 \
-        --out results/harness [--trials 20] [--problems 1-50]
+        --out results/harness [--trials 20] [--problems 1-50] [--lane-depth 3]
 
 Each level's JSON report lands in --out (harness_level<N>.json); per-level summaries are
-printed at the end (the figures quoted for the GPU machine in the closing notes).
+printed at the end (the figures quoted for the GPU machine in the closing notes), with the
+device busy share and phase medians of eval_throughput.py (this is issue 15's sweep (b)).
+With --lane-depth above 1, problems not judged correct are evaluated again one at a time
+(harness_level<N>_serial.json), so a fault of the overlap is told apart from the problem's.
 """
 
 from __future__ import annotations
@@ -18,13 +21,18 @@ import time
 from collections import Counter
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-def run_level(args, level: int) -> dict:
-    out = Path(args.out) / f"harness_level{level}{args.tag}.json"
+from eval_throughput import busy_share, phase_medians  # noqa: E402
+
+
+def run_level(args, level: int, problems: str | None, lane_depth: int, tag: str) -> dict:
+    out = Path(args.out) / f"harness_level{level}{tag}.json"
     cmd = [sys.executable, "-m", "kb_eval.check", "--harness", "--source", args.source,
-           "--level", str(level), "--out", str(out), "--trials", str(args.trials)]
-    if args.problems:
-        cmd += ["--problems", args.problems]
+           "--level", str(level), "--out", str(out), "--trials", str(args.trials),
+           "--lane-depth", str(lane_depth)]
+    if problems:
+        cmd += ["--problems", problems]
     t0 = time.monotonic()
     try:
         rc = subprocess.run(cmd, timeout=args.timeout).returncode
@@ -32,7 +40,8 @@ def run_level(args, level: int) -> dict:
         rc = "timeout"  # the report holds every problem judged until then
     wall = time.monotonic() - t0
     rows = json.loads(out.read_text())["problems"] if out.exists() else []
-    return {"level": level, "rc": rc, "wall_s": round(wall, 1), "rows": rows}
+    return {"level": level, "rc": rc, "wall_s": round(wall, 1), "rows": rows,
+            "lane_depth": lane_depth}
 
 
 def summary(r: dict) -> str:
@@ -48,7 +57,17 @@ def summary(r: dict) -> str:
             f"wall {r['wall_s']} s ({r['wall_s'] / max(len(rows), 1):.2f} s/problem); copy "
             f"speedup median {med:.3f}, {within}/{len(copy)} within [0.97, 1.03]; "
             f"non-deterministic references {nondet}")
-    return "\n".join([text] + [f"   not judgeable: {b}" for b in bad])
+    phases = [x.get("phases") or {} for x in rows]
+    return "\n".join([text, "   " + busy_share(phases, r["wall_s"], 1),
+                      "   " + phase_medians(phases)] + [f"   not judgeable: {b}" for b in bad])
+
+
+def serial_retry(args, first: dict) -> dict | None:
+    """Problems the overlapped pass did not judge correct, once more one at a time."""
+    ids = [x["key"].rsplit("/", 1)[-1] for x in first["rows"] if not x["judgeable"]]
+    if first["lane_depth"] == 1 or not ids:
+        return None
+    return run_level(args, first["level"], ",".join(ids), 1, args.tag + "_serial")
 
 
 def main() -> int:
@@ -60,9 +79,17 @@ def main() -> int:
     p.add_argument("--out", default="results/harness", help="folder for the JSON reports")
     p.add_argument("--tag", default="", help="suffix for the report names")
     p.add_argument("--timeout", type=float, default=None, help="seconds per level at most")
+    p.add_argument("--lane-depth", type=int, default=1, help="copies in flight per GPU "
+                   "(check --lane-depth; default 1)")
     args = p.parse_args()
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    results = [run_level(args, level) for level in args.levels]
+    results = []
+    for level in args.levels:
+        results.append(run_level(args, level, args.problems, args.lane_depth, args.tag))
+        print(summary(results[-1]), flush=True)
+        retry = serial_retry(args, results[-1])
+        if retry:
+            print("   serial re-run of those: " + summary(retry), flush=True)
     print("\n".join(summary(r) for r in results))
     return 0 if all(r["rc"] == 0 for r in results) else 1
 
