@@ -4,9 +4,10 @@ child costs a fork (milliseconds) instead of a Python + torch start (seconds of 
 
 It runs no task and no candidate code itself, and never touches CUDA: a process that
 initialised CUDA cannot be forked usefully, so each child opens its own context after the
-fork. Before every fork it checks that this still holds (no libcuda mapped, no Python
-thread besides this one) and refuses otherwise; the parent then starts children the slow
-way (forkserver.py).
+fork. Before every fork it checks that this still holds (the CUDA driver not initialised,
+no Python thread besides this one) and refuses otherwise; the parent then starts children
+the slow way (forkserver.py). A CUDA build of torch maps libcuda at import; mapped is
+harmless, initialised (cuInit, which starts the driver's threads) is not.
 
 Protocol on the unix socket FD (one message each way per request):
   parent -> zygote: {"spec": "module[:cuda]"} with two fds: the task channel, the log.
@@ -37,9 +38,22 @@ def fork_hazard() -> str | None:
     if threading.active_count() > 1:
         return f"{threading.active_count()} Python threads"
     with open("/proc/self/maps") as maps:
-        if any("libcuda" in line for line in maps):
-            return "CUDA driver loaded"
+        if any("libcuda" in line for line in maps) and _cuda_driver_initialised():
+            return "CUDA driver initialised"
     return None
+
+
+def _cuda_driver_initialised() -> bool:
+    """Whether cuInit has run in this process (asked without running it: before cuInit
+    every driver call but a few answers CUDA_ERROR_NOT_INITIALIZED, 3). Unknown: True."""
+    import ctypes
+
+    try:  # RTLD_NOLOAD: the copy already mapped, or nothing
+        driver = ctypes.CDLL("libcuda.so.1", mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+        context = ctypes.c_void_p()
+        return driver.cuCtxGetCurrent(ctypes.byref(context)) != 3
+    except (OSError, AttributeError):
+        return True
 
 
 def main(fd: int) -> None:
