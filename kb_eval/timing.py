@@ -15,12 +15,14 @@ default (allocator growth and lazy initialisation land there).
 from __future__ import annotations
 
 import gc
+import resource
 import statistics
-import time
 from typing import Any, Callable, Sequence
 
 import torch
 from pydantic import BaseModel, Field
+
+from kb_eval import clocks
 
 ArgsForTrial = Callable[[int], Sequence[Any]]
 
@@ -174,11 +176,24 @@ def timer_for(device: torch.device, flush_l2: bool = True) -> "_CpuTimer | _Cuda
     return _TIMERS[key]
 
 
+def device_wait_ms(device: torch.device) -> float | None:
+    """Host milliseconds a device-wide synchronize blocked: long means work was pending on
+    some stream. None when this thread was preempted meanwhile (an involuntary context
+    switch: a loaded host, e.g. builds on every core), because then the figure measures
+    the host's scheduler, not the device: on the H100 with cold builds running, such
+    waits made our own reference solutions look like they left work running."""
+    before = resource.getrusage(resource.RUSAGE_THREAD).ru_nivcsw
+    t0 = clocks.perf_counter()
+    torch.cuda.synchronize(device)
+    waited = (clocks.perf_counter() - t0) * 1e3
+    return None if resource.getrusage(resource.RUSAGE_THREAD).ru_nivcsw != before else waited
+
+
 class _CpuTimer:
     def time_one(self, fn, call_args):
-        t0 = time.perf_counter_ns()
+        t0 = clocks.perf_counter_ns()
         out = fn(*call_args)
-        return (time.perf_counter_ns() - t0) / 1e6, out
+        return (clocks.perf_counter_ns() - t0) / 1e6, out
 
 
 class _CudaTimer:
@@ -203,8 +218,8 @@ class _CudaTimer:
         not wake it)."""
         buf = self.flush_buf if self.flush_buf is not None else torch.empty(
             1 << 26, dtype=torch.uint8, device=self.device)
-        t_end = time.perf_counter() + seconds
-        while time.perf_counter() < t_end:
+        t_end = clocks.perf_counter() + seconds
+        while clocks.perf_counter() < t_end:
             for _ in range(20):
                 buf.zero_()
             torch.cuda.synchronize(self.device)
@@ -218,24 +233,27 @@ class _CudaTimer:
         if idx not in self._calibration:
             probe = torch.empty(1, device=self.device)
             waits, gaps = [], []
-            for _ in range(30):
+            for _ in range(200):
                 self.start.record()
                 probe.zero_()
                 self.end.record()
-                waits.append(self._wait_for_end())
+                waited = self._wait_for_end()
                 self.after_sync.record()
                 self.after_sync.synchronize()
-                gaps.append(self.end.elapsed_time(self.after_sync))
-            self._calibration[idx] = (statistics.median(waits), statistics.median(gaps))
+                if waited is not None:  # a preempted wait measured the host, not the GPU
+                    waits.append(waited)
+                    gaps.append(self.end.elapsed_time(self.after_sync))
+                if len(waits) == 30:
+                    break
+            self._calibration[idx] = (statistics.median(waits or [0.05]),
+                                      statistics.median(gaps or [0.0]))
         return self._calibration[idx]
 
-    def _wait_for_end(self) -> float:
+    def _wait_for_end(self) -> float | None:
         """Wait for the current stream's end event, then for the whole device; return
         the host milliseconds the device-wide wait took (long = other streams busy)."""
         self.end.synchronize()
-        t0 = time.perf_counter()
-        torch.cuda.synchronize(self.device)
-        return (time.perf_counter() - t0) * 1e3
+        return device_wait_ms(self.device)
 
     def _pre_queue(self) -> None:
         """Put GPU work ahead of the start event so that the host's launch latency is not
@@ -258,6 +276,6 @@ class _CudaTimer:
         # The device stayed busy after the current stream finished: work on other streams.
         # Judged by how long the device-wide wait blocked, not by when the host came back,
         # so a host hiccup after the wait cannot inflate a call's time.
-        if waited > 3 * sync_ms + 0.02:
+        if waited is not None and waited > 3 * sync_ms + 0.02:
             return max(on_stream, self.start.elapsed_time(self.after_sync) - gap_ms), out
         return on_stream, out

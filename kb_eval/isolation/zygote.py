@@ -85,8 +85,10 @@ def spawn(request: dict, fds: list[int], control: socket.socket) -> dict:
     if len(fds) != 2:
         return {"error": f"{len(fds)} fds passed, 2 expected"}
     spec = str(request.get("spec", ""))
-    module = spec.partition(":")[0]
-    if module:
+    module, _, mode = spec.partition(":")
+    # A GPU child's task module is imported after the fork, in the child: on the H100 the
+    # evaluator's worker imports left the CUDA driver initialised, which ends forking.
+    if module and mode != "cuda":
         try:
             importlib.import_module(module)  # once here; every later child has it
         except Exception:  # noqa: BLE001 - the child's own preload meets and reports it

@@ -5,11 +5,11 @@ this process and have the trusted reference server time the reference's rounds."
 from __future__ import annotations
 
 import statistics
-import time
 from pathlib import Path
 
 import torch
 
+from kb_eval import clocks
 from kb_eval.eval.child.probes import sync
 from kb_eval.timing import TimingSettings, TimingStats, kept, time_calls, timer_for
 
@@ -47,6 +47,6 @@ def handshake(folder: Path, r: int, device: torch.device) -> None:
     reference's rounds whatever the files say."""
     sync(device)
     (folder / f"ready_{r}").write_text("")
-    deadline = time.monotonic() + HANDSHAKE_WAIT_S
-    while not (folder / f"go_{r}").exists() and time.monotonic() < deadline:
-        time.sleep(0.0005)
+    deadline = clocks.monotonic() + HANDSHAKE_WAIT_S
+    while not (folder / f"go_{r}").exists() and clocks.monotonic() < deadline:
+        clocks.sleep(0.0005)

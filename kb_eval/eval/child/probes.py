@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from typing import Any, Callable
 
 import torch
 
+from kb_eval import clocks
 from kb_eval.eval.child.observe import _same
 from kb_eval.inputs import make_inputs
 from kb_eval.timing import TimingSettings, time_callable
@@ -107,13 +107,13 @@ def settled(tensors: list[torch.Tensor], device: torch.device, call_s: float,
     wait = min(SETTLE_MAX_S, SETTLE_S + 2 * call_s)
     if tensor_bytes(tensors) <= SNAPSHOT_MAX_BYTES:
         snapshot = [t.detach().clone() for t in tensors]
-        time.sleep(wait)
+        clocks.sleep(wait)
         sync(device)
         save(snapshot)
         return all(same_tensor(t.detach(), s) for t, s in zip(tensors, snapshot))
     before = fingerprints(tensors)
     save(tensors)
-    time.sleep(wait)
+    clocks.sleep(wait)
     sync(device)
     return fingerprints(tensors) == before
 

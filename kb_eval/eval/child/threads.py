@@ -23,9 +23,11 @@ Native threads are covered as well as Python ones (both are tasks of the process
 from __future__ import annotations
 
 import os
-import time
 
 import torch
+
+from kb_eval import clocks
+from kb_eval.timing import device_wait_ms
 
 TASKS = "/proc/self/task"
 QUIET_NS = 20_000  # a thread that used less CPU than this over a poll is idle
@@ -45,7 +47,7 @@ def thread_cpu_ns(tid: int) -> int:
     """CPU time of one thread of this process (0 when it is gone or the clock is
     unavailable). Linux encodes a thread's CPU clock id as (~tid << 3) | 6."""
     try:
-        return time.clock_gettime_ns((~tid << 3) | 6)
+        return clocks.clock_gettime_ns((~tid << 3) | 6)
     except OSError:
         return 0
 
@@ -75,25 +77,24 @@ class Ledger:
         return sum(thread_cpu_ns(t) for t in self.ours if t != _main_tid())
 
     def _reading(self) -> tuple[int, int, int]:
-        return (time.clock_gettime_ns(time.CLOCK_PROCESS_CPUTIME_ID),
-                time.thread_time_ns(), self._others())
+        return (clocks.clock_gettime_ns(clocks.CLOCK_PROCESS_CPUTIME_ID),
+                clocks.thread_time_ns(), self._others())
 
     def call_starts(self) -> None:
         """Right before a timed call (its inputs drawn): charge what happened since the
         last call's end to the candidate's threads, and see that the device is idle."""
         if self.device.type == "cuda":
-            t0 = time.perf_counter()
-            torch.cuda.synchronize(self.device)
-            if (time.perf_counter() - t0) * 1e3 > BUSY_WAIT_MS:
+            waited = device_wait_ms(self.device)  # None: preempted, no evidence either way
+            if waited is not None and waited > BUSY_WAIT_MS:
                 self.busy_calls += 1
         now = self._reading()
         if self._mark is not None:
             proc, main, ours = (a - b for a, b in zip(now, self._mark))
             self.outside_ns += max(0, proc - main - ours)
-        self._t0 = time.perf_counter_ns()
+        self._t0 = clocks.perf_counter_ns()
 
     def call_ended(self) -> None:
-        self.timed_ns += time.perf_counter_ns() - self._t0
+        self.timed_ns += clocks.perf_counter_ns() - self._t0
         self._mark = self._reading()
         self.active = bool(_tids() - self.ours)
 
@@ -101,16 +102,16 @@ class Ledger:
         """Inside the timed region: wait while the candidate's threads still use CPU."""
         if not self.active:
             return
-        end = time.perf_counter() + DRAIN_MAX_S
-        while time.perf_counter() < end:
+        end = clocks.perf_counter() + DRAIN_MAX_S
+        while clocks.perf_counter() < end:
             theirs = _tids() - self.ours
             before = sum(map(thread_cpu_ns, theirs))
-            time.sleep(POLL_S)
+            clocks.sleep(POLL_S)
             if sum(map(thread_cpu_ns, theirs)) - before < QUIET_NS:
                 return
 
     def report(self) -> dict:
-        time.sleep(0.02)  # a thread that waits before working after the last call
+        clocks.sleep(0.02)  # a thread that waits before working after the last call
         self.call_starts()  # what ran after the last call
         return {"outside_ms": self.outside_ns / 1e6, "timed_ms": self.timed_ns / 1e6,
                 "busy_calls": self.busy_calls}

@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import time
 import traceback
 from pathlib import Path
 
@@ -34,6 +33,7 @@ import torch
 # the load itself when the candidate arrives.
 import torch.utils.cpp_extension  # noqa: F401
 
+from kb_eval import clocks
 from kb_eval.devlock import DeviceLock
 from kb_eval.eval.wire import outputs
 from kb_eval.eval.child.observe import OutputTypeError, aliased_inputs, observe, output_tensors
@@ -97,14 +97,14 @@ class Laps:
 
     def __init__(self):
         self.seconds: dict[str, float] = {}
-        self.mark = time.monotonic()
+        self.mark = clocks.monotonic()
 
     def restart(self) -> None:
         """Start the next lap now (the time since the last one is not charged)."""
-        self.mark = time.monotonic()
+        self.mark = clocks.monotonic()
 
     def lap(self, step: str) -> float:
-        now = time.monotonic()
+        now = clocks.monotonic()
         spent, self.mark = now - self.mark, now
         self.seconds[step] = round(self.seconds.get(step, 0.0) + spent, 3)
         return spent
@@ -273,11 +273,11 @@ def _correctness_call(model, i: int, inputs: list, prints: list, workdir: Path,
     label = label_name(("correct", i))
     if changed_since(inputs, prints):  # not what was drawn before candidate code loaded
         watch.inputs_tampered.append(label)
-    t0 = time.perf_counter()
+    t0 = clocks.perf_counter()
     with torch.no_grad():
         out = model(*inputs)
     sync(device)
-    call_s = time.perf_counter() - t0
+    call_s = clocks.perf_counter() - t0
     tensors, seen[label] = observe(out, inputs, None)
     seen[label]["mutated"] = changed_since(inputs, prints)
     seen[label]["bytes"] = tensor_bytes(tensors)

@@ -90,7 +90,7 @@ class EvalContext:
         return {**env, **self.config.extra_env}
 
     def build_env(self) -> dict[str, str]:
-        return {**self._common_env(), "CUDA_VISIBLE_DEVICES": "", NICE_VAR: "10"}
+        return {**self._common_env(), "CUDA_VISIBLE_DEVICES": "", NICE_VAR: "19"}
 
     def device_env(self, device: str) -> dict[str, str]:
         visible = "" if is_cpu(device) else device
