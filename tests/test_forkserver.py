@@ -108,3 +108,5 @@ def test_forked_children_open_cuda(tmp_path):
         assert out.ok, out.describe()
         assert out.result["sum"] == 2 * sum(range(1024))
         assert "kb_eval.isolation.zygote" in out.result["cmdline"], out.result
+        # a GPU task's module is imported after the fork (its imports may initialise CUDA)
+        assert out.result["imported_in_child"], out.result

@@ -40,3 +40,15 @@ def test_args_per_trial_and_outputs_seen():
                   on_output=lambda i, out: seen_out.append((i, out)))
     assert seen_args == [-1, -2, 0, 1, 2]  # negative indices are warmup calls
     assert seen_out == [(0, 0), (1, 2), (2, 4)]
+
+
+def test_timers_keep_the_real_clock_when_a_candidate_replaces_it(monkeypatch):
+    # a candidate that stops time.perf_counter_ns changes what its own code reads, not our
+    # timer's reading (kb_eval/clocks.py binds the clocks before candidate code loads)
+    import time as time_module
+
+    from kb_eval.timing import _CpuTimer
+
+    monkeypatch.setattr(time_module, "perf_counter_ns", lambda: 0)
+    ms, _ = _CpuTimer().time_one(lambda: time_module.sleep(0.005), ())
+    assert 4.0 < ms < 500.0, ms

@@ -7,6 +7,8 @@ import time
 
 import torch
 
+IMPORTED_IN = os.getpid()  # the zygote's pid when it imported this module ahead of a fork
+
 
 def look(payload, workdir):
     """What this child sees of its process and of its siblings' leftovers; then it leaves
@@ -49,4 +51,5 @@ def on_cuda(payload, workdir):
     """A CUDA op in a forked child: the zygote never opened CUDA, so the child can."""
     x = torch.arange(1024, device="cuda", dtype=torch.float32)
     return {"sum": float((x * 2).sum().item()), "device": torch.cuda.get_device_name(0),
-            "cmdline": open("/proc/self/cmdline").read().replace("\0", " ")}
+            "cmdline": open("/proc/self/cmdline").read().replace("\0", " "),
+            "imported_in_child": IMPORTED_IN == os.getpid()}

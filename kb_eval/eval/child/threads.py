@@ -80,13 +80,19 @@ class Ledger:
         return (clocks.clock_gettime_ns(clocks.CLOCK_PROCESS_CPUTIME_ID),
                 clocks.thread_time_ns(), self._others())
 
-    def call_starts(self) -> None:
-        """Right before a timed call (its inputs drawn): charge what happened since the
-        last call's end to the candidate's threads, and see that the device is idle."""
+    def device_idle(self) -> None:
+        """Before a timed call's inputs are drawn (nothing of ours is queued then): see that
+        the device is idle, i.e. nothing the candidate launched is still running. Checked
+        after drawing, the wait also covered copying the inputs in: on the H100 that made
+        KernelBench level-2 references, run as their own candidates, 'leave work running'."""
         if self.device.type == "cuda":
             waited = device_wait_ms(self.device)  # None: preempted, no evidence either way
             if waited is not None and waited > BUSY_WAIT_MS:
                 self.busy_calls += 1
+
+    def call_starts(self) -> None:
+        """Right before a timed call (its inputs drawn): charge what happened since the
+        last call's end to the candidate's threads."""
         now = self._reading()
         if self._mark is not None:
             proc, main, ours = (a - b for a, b in zip(now, self._mark))
@@ -112,7 +118,8 @@ class Ledger:
 
     def report(self) -> dict:
         clocks.sleep(0.02)  # a thread that waits before working after the last call
-        self.call_starts()  # what ran after the last call
+        self.device_idle()  # what ran after the last call
+        self.call_starts()
         return {"outside_ms": self.outside_ns / 1e6, "timed_ms": self.timed_ns / 1e6,
                 "busy_calls": self.busy_calls}
 

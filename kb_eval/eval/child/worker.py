@@ -302,6 +302,7 @@ def _time_candidate(model, module, payload: dict, workdir: Path, device: torch.d
     current: dict = {}
 
     def args_for_trial(i: int) -> list:
+        ledger.device_idle()
         s = fresh_seed()
         fresh = make_inputs(module.get_inputs, s, device, dtype)
         current.update(seed=s, inputs=into_buffers(current.get("inputs"), fresh))
