@@ -24,10 +24,12 @@ from kb_eval.results import Flag, SampleRecord
 def restore():
     """Put back whatever a test patches (by reference, captured before)."""
     import time as t
+
+    import kb_eval.clocks as clocks
     import kb_eval.timing as timing
 
     saved = [(t, "perf_counter_ns", t.perf_counter_ns), (torch, "allclose", torch.allclose),
-             (timing, "time", timing.time),
+             (timing, "clocks", timing.clocks), (clocks, "perf_counter", clocks.perf_counter),
              (timing.TimingStats, "of", timing.TimingStats.__dict__["of"])]
     tf32 = torch.backends.cuda.matmul.allow_tf32
     yield
@@ -45,7 +47,10 @@ def test_tripwires_quiet_when_nothing_changes():
 @pytest.mark.parametrize("patch,seen", [
     (lambda: setattr(time, "perf_counter_ns", lambda: 0), "time.perf_counter_ns"),
     (lambda: setattr(torch, "allclose", lambda *a, **k: True), "torch.allclose"),
-    (lambda: setattr(__import__("kb_eval.timing").timing, "time", object()), "kb_eval.timing.time"),
+    (lambda: setattr(__import__("kb_eval.timing").timing, "clocks", object()),
+     "kb_eval.timing.clocks"),
+    (lambda: setattr(__import__("kb_eval.clocks").clocks, "perf_counter", lambda: 0.0),
+     "kb_eval.clocks.perf_counter"),
     (lambda: setattr(__import__("kb_eval.timing").timing.TimingStats, "of",
                      classmethod(lambda cls, xs: None)), "kb_eval.timing.TimingStats.of"),
     (lambda: setattr(torch.backends.cuda.matmul, "allow_tf32", True),

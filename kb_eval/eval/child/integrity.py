@@ -7,7 +7,7 @@ comparing, seeding and reporting rely on:
   object's identity and, for Python functions, the identity of its code, defaults and
   closure;
 - every global name of our own modules (kb_eval.timing, .inputs, .harness, .eval.worker,
-  .eval.guards, ...) and every attribute of our timer classes: so `timing.time = fake`,
+  .eval.guards, ...) and every attribute of our timer classes: so `timing.clocks = fake`,
   `TimingStats.of = ...` or a re-imported module are seen;
 - `sys.modules` entries of those modules, builtins, sys.settrace/setprofile hooks;
 - the numerics switches the run fixed (TF32, float32 matmul precision, reduced-precision
@@ -53,7 +53,7 @@ PROTECTED = [
 ] + [("secrets", "randbelow"), ("secrets", "randbits"), ("json", "dumps"), ("json", "dump"),
      ("gc", "collect"), ("gc", "disable"), ("gc", "enable"), ("hashlib", "sha256")]
 
-# Our own modules: every global name (so `kb_eval.timing.time = fake` shows) and the
+# Our own modules: every global name (so `kb_eval.timing.clocks = fake` shows) and the
 # attributes of the classes that time and judge.
 OWN_MODULES = ("kb_eval.timing", "kb_eval.clocks", "kb_eval.inputs", "kb_eval.harness", "kb_eval.problems",
                "kb_eval.isolation", "kb_eval.isolation.child", "kb_eval.eval.child.worker",
