@@ -344,7 +344,8 @@ def main() -> int:
                    "from an earlier run and time only the warm pass (e.g. again with "
                    "another --lane-depth, to compare verdicts and speedups)")
     p.add_argument("--records", type=Path, default=None, help="write each sample's key, "
-                   "status, speedup and speedup_ci per pass to this JSON file")
+                   "status, speedup and speedup_ci per pass to this JSON file (two such "
+                   "files: benchmarks/compare_records.py)")
     add_executor_flags(p)  # --executor, --ray-address: as python -m kb_eval.eval
     for action in p._actions:  # here the build cache lives under --workdir
         if action.dest == "executor":
