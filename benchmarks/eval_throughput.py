@@ -363,10 +363,10 @@ def main() -> int:
               f"{ray.cluster_resources()}", flush=True)
 
     gpu = args.backend == "cuda"
-    root = args.workdir or Path(tempfile.mkdtemp(prefix="kb_eval_bench_"))
-    root.mkdir(parents=True, exist_ok=True)
     if args.warm_only and args.workdir is None:
         sys.exit("eval_throughput: --warm-only needs the --workdir of an earlier run")
+    root = args.workdir or Path(tempfile.mkdtemp(prefix="kb_eval_bench_"))
+    root.mkdir(parents=True, exist_ok=True)
     if not args.warm_only:
         shutil.rmtree(root / "cache", ignore_errors=True)
     shutil.rmtree(root / "problems", ignore_errors=True)

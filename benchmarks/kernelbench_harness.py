@@ -4,8 +4,8 @@ problems the evaluator can judge on this machine, what remains and why, and the 
     python benchmarks/kernelbench_harness.py --source ../shared/kernelbench --levels 1 2 3 \
         --out results/harness [--trials 20] [--problems 1-50] [--lane-depth 3]
 
-Each level's JSON report lands in --out (harness_level<N>.json); per-level summaries are
-printed at the end (the figures quoted for the GPU machine in the closing notes), with the
+Each level's JSON report lands in --out (harness_level<N>.json); its summary is printed as
+the level ends (the figures quoted for the GPU machine in the closing notes), with the
 device busy share and phase medians of eval_throughput.py (this is issue 15's sweep (b)).
 With --lane-depth above 1, problems not judged correct are evaluated again one at a time
 (harness_level<N>_serial.json), so a fault of the overlap is told apart from the problem's.
@@ -90,7 +90,6 @@ def main() -> int:
         retry = serial_retry(args, results[-1])
         if retry:
             print("   serial re-run of those: " + summary(retry), flush=True)
-    print("\n".join(summary(r) for r in results))
     return 0 if all(r["rc"] == 0 for r in results) else 1
 
 
