@@ -55,10 +55,11 @@ PROTECTED = [
 
 # Our own modules: every global name (so `kb_eval.timing.clocks = fake` shows) and the
 # attributes of the classes that time and judge.
-OWN_MODULES = ("kb_eval.timing", "kb_eval.clocks", "kb_eval.inputs", "kb_eval.harness", "kb_eval.problems",
-               "kb_eval.isolation", "kb_eval.isolation.child", "kb_eval.eval.child.worker",
-               "kb_eval.eval.child.observe", "kb_eval.eval.child.probes",
-               "kb_eval.eval.child.integrity", "kb_eval.eval.wire.outputs")
+OWN_MODULES = ("kb_eval.timing", "kb_eval.clocks", "kb_eval.inputs", "kb_eval.harness",
+               "kb_eval.problems", "kb_eval.isolation", "kb_eval.isolation.child",
+               "kb_eval.eval.child.worker", "kb_eval.eval.child.observe",
+               "kb_eval.eval.child.probes", "kb_eval.eval.child.integrity",
+               "kb_eval.eval.wire.outputs")
 OWN_CLASSES = [("kb_eval.timing", "_CpuTimer"), ("kb_eval.timing", "_CudaTimer"),
                ("kb_eval.timing", "TimingStats"), ("kb_eval.timing", "TimingSettings"),
                ("kb_eval.eval.child.integrity", "Snapshot"), ("kb_eval.eval.child.worker", "Watch")]
