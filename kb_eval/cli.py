@@ -124,6 +124,12 @@ def add_checking_flags(p: argparse.ArgumentParser) -> None:
                         "fails; kernelbench = allclose at --atol/--rtol. Every record carries "
                         "both verdicts; a problem file may name its own (KB_TOLERANCE) "
                         "(default: f64)")
+    g.add_argument("--count-launches", action=argparse.BooleanOptionalAction, default=None,
+                   help="record each correct sample's kernel launches per forward, the "
+                        "candidate's and the reference's (one profiled call each, after "
+                        "timing; never scored). Default: on for the cpp backend, off on a "
+                        "GPU, where starting the profiler (CUPTI) costs 5-7 s per candidate "
+                        "process on an H100")
     g.add_argument("--keep-workdirs", action="store_true",
                    help="keep each sample's scratch folder (outputs, logs) for debugging")
     g.add_argument("--live-baseline", action="store_true",

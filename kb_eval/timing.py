@@ -85,8 +85,12 @@ class TimingStats(BaseModel):
 # copies (tests/test_paired_timing.py's 6; 3 runs each, alternating, quiet 2-core
 # machine; measured with 4 GiB kept, which these small problems never reach): 16 of 18
 # within [0.95, 1.05] with them (all in [0.937, 1.041]), 11 of 18 without (down to 0.842).
+# A profiled call (launch counts, kb_eval/profile/launches.py) leaves NVIDIA's CUPTI
+# attached to the process unless TEARDOWN_CUPTI=1, and an attached CUPTI slows every later
+# kernel launch (PyTorch issue 144455: 10-20 % of a training step): the reference server
+# times many problems after counting one.
 TIMED_PROCESS_ENV = {"OMP_WAIT_POLICY": "PASSIVE", "MALLOC_MMAP_THRESHOLD_": str(1 << 30),
-                     "MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
+                     "MALLOC_TRIM_THRESHOLD_": str(1 << 30), "TEARDOWN_CUPTI": "1"}
 MAX_ROUNDS = 20
 
 
@@ -119,13 +123,16 @@ def time_callable(fn: Callable[..., Any], settings: TimingSettings | None = None
 
 
 def time_calls(fn: Callable[..., Any], indices: Sequence[int], timer: "_CpuTimer | _CudaTimer",
-               args: ArgsForTrial, on_output: Callable[[int, Any], None] | None = None
-               ) -> list[float]:
+               args: ArgsForTrial, on_output: Callable[[int, Any], None] | None = None,
+               collect: bool = True) -> list[float]:
     """One timed call per index, each on `args(i)` drawn before its clock starts (input
     generation is never timed); the times in ms. Paired timing (eval) calls this once per
-    round on each side."""
+    round on each side, collecting garbage before its first round only (`collect`): a full
+    collection costs ~0.1 s in a process holding torch (H100 machine), 20 rounds a side
+    made it ~5 s of every sample."""
     samples = []
-    gc.collect()
+    if collect:
+        gc.collect()
     gc.disable()  # a collection pause inside a call would be timed as the call's (timeit does the same)
     try:
         for i in indices:

@@ -15,7 +15,7 @@ from kb_eval.eval import EvalConfig, evaluate, iter_queue, prepare
 from kb_eval.problems import load_problems
 from kb_eval.results import (BaselineFile, BaselineRecord, HardwareInfo, Producer,
                              baseline_path, write_json_atomic)
-from kb_eval.timing import TimingSettings, TimingStats, method_for
+from kb_eval.timing import TIMED_PROCESS_ENV, TimingSettings, TimingStats, method_for
 
 pytestmark = pytest.mark.slow
 
@@ -185,3 +185,19 @@ def test_vandal_finds_no_reference_to_change(problems, config):
     assert records[1].status == "correct", records[1]  # (flagged only as PyTorch-only)
     assert [f.code for f in records[1].flags] == ["no_custom_kernel"], records[1].flags
     assert records[2].status == "incorrect"
+
+
+def test_launch_counts_asked_for_or_not(problems, config):
+    """Launch counts are on by default for the cpp backend (the CPU profiler is cheap),
+    off on a GPU (CUPTI's start costs seconds per candidate process) unless asked, and
+    `count_launches=False` leaves a correct record without them. The processes that time
+    tear CUPTI down after a profiled call (an attached CUPTI slows every later launch)."""
+    assert EvalConfig().counts_launches("cpu") and not EvalConfig().counts_launches("cuda")
+    assert EvalConfig(count_launches=True).counts_launches("cuda")
+    assert not EvalConfig(count_launches=False).counts_launches("cpu")
+    assert TIMED_PROCESS_ENV["TEARDOWN_CUPTI"] == "1"
+    source = kit.source_of(kit.CPP / "level1_problem2_sample0.py")
+    [off] = evaluate([(problems[2], 0, source)], config(count_launches=False))
+    assert off.status == "correct" and off.launches is None
+    [on] = evaluate([(problems[2], 0, source)], config())
+    assert on.status == "correct" and on.launches is not None and on.launches.candidate >= 1

@@ -88,7 +88,8 @@ def make_config(args, defaults, cuda: bool) -> EvalConfig:
                tolerance=args.tolerance,
                live_baseline=args.live_baseline, results_dir=args.results_dir,
                baseline_mode=baseline_mode(args.baseline_compile),
-               keep_workdirs=args.keep_workdirs, **execution_config(args),
+               keep_workdirs=args.keep_workdirs, count_launches=args.count_launches,
+               **execution_config(args),
                **executor_config(args))
     return EvalConfig(**cfg)
 

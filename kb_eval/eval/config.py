@@ -65,6 +65,11 @@ class EvalConfig(BaseModel):
     mem_limit_mb: int | None = Field(16000, ge=256)
     extra_env: dict[str, str] = Field(default_factory=dict, description="added to every "
                                       "child's environment (e.g. PATH)")
+    count_launches: bool | None = Field(
+        None, description="record each correct sample's kernel launches per forward (one "
+        "profiled call on each side, after timing). None: on the CPU only. On a GPU the "
+        "profiler's CUPTI start cost 5-7 s per candidate process on the H100, more than "
+        "the rest of a sample, so a GPU run counts only when asked")
     keep_workdirs: bool = Field(False, description="keep each sample's scratch folder")
     executor: Literal["local", "ray"] = Field("local", description="who runs builds and "
                                               "device lanes: this machine, or a Ray cluster")
@@ -76,6 +81,9 @@ class EvalConfig(BaseModel):
     def _absolute(cls, v: Path) -> Path:
         """Children work in other folders: every path handed to them must be absolute."""
         return Path(v).expanduser().resolve()
+
+    def counts_launches(self, device_kind: str) -> bool:
+        return self.count_launches if self.count_launches is not None else device_kind == "cpu"
 
     def device_kind(self, cuda_available: bool) -> str:
         """cpp candidates run on the CPU; cuda and triton need a GPU."""

@@ -179,7 +179,7 @@ def eval_config(args, defaults, cuda: bool):
                live_baseline=bool(args.live_baseline), recheck_timed=args.recheck_timed,
                baseline_mode=baseline_mode(args.baseline_compile),
                atol=args.atol, rtol=args.rtol, tolerance=args.tolerance,
-               keep_workdirs=args.keep_workdirs,
+               keep_workdirs=args.keep_workdirs, count_launches=args.count_launches,
                # absolute: the build and run children work in other folders
                results_dir=Path(args.results_dir).resolve(), **execution_config(args),
                **executor_config(args))

@@ -15,24 +15,30 @@ from kb_eval.timing import TimingSettings, TimingStats, kept, time_calls, timer_
 
 
 def time_paired(fn, settings: TimingSettings, device: torch.device, args, on_output,
-                 folder: Path, rounds: list[range], untimed_ended) -> TimingStats:
+                 folder: Path, rounds: list[range], untimed_ended,
+                 check_idle=lambda: None) -> TimingStats:
     """The candidate's side of a paired timing (schedule/pairing.py): per round, one
     untimed call then the round's timed ones, the parent told before each round and after
     the last (it times the reference's rounds meanwhile, this process stopped). Its
     rounds are the medians of each round's calls, matched to the reference's round by
     round. `untimed_ended` after each round's untimed call: the ledger counts it as a
-    call (work in it is the call's, not work outside the calls)."""
+    call (work in it is the call's, not work outside the calls). `check_idle` before each
+    handshake after the first: the handshake's synchronize would otherwise absorb work the
+    candidate left running after the round's last timed call."""
     for i in range(settings.warmup):
         fn(*args(-1 - i))
     samples, medians = [], []
     for r, calls in enumerate(rounds):
+        if r:
+            check_idle()
         handshake(folder, r, device)
         fn(*args(-1 - settings.warmup - r))  # the round's first call: not timed (either side)
         untimed_ended()
         ms = kept(settings, r, time_calls(fn, calls, timer_for(device, settings.flush_l2),
-                                          args, on_output))
+                                          args, on_output, collect=r == 0))
         samples += ms
         medians.append(statistics.median(ms))
+    check_idle()
     handshake(folder, len(rounds), device)
     return TimingStats.of(samples).model_copy(update={"rounds": medians})
 

@@ -230,7 +230,8 @@ def _probe_step(model, module, payload: dict, workdir: Path, device: torch.devic
     """The calls after timing: counting launches, the shape probe; the tripwires' report
     and (CUDA) the peak memory added to `result`."""
     mark(workdir, "probe")
-    result["launches"] = _launches(model, module, payload, device)
+    if payload.get("count_launches"):
+        result["launches"] = _launches(model, module, payload, device)
     watch.check("end")
     result.update(watch.report())
     _shape_probe(model, module, payload["seed"], payload, workdir, device, result)
@@ -302,16 +303,22 @@ def _time_candidate(model, module, payload: dict, workdir: Path, device: torch.d
     current: dict = {}
 
     def args_for_trial(i: int) -> list:
-        ledger.device_idle()
+        if i >= 0:  # untimed calls (warmup, a round's first: i < 0) synchronize on return
+            ledger.device_idle()
         s = fresh_seed()
         fresh = make_inputs(module.get_inputs, s, device, dtype)
-        current.update(seed=s, inputs=into_buffers(current.get("inputs"), fresh))
+        current.update(seed=s, inputs=into_buffers(current.get("inputs"), fresh), timed=i >= 0)
         ledger.call_starts()
         return current["inputs"]
 
     def timed(*args):
         out = model(*args)
         ledger.drain()  # the call is not over while the candidate's threads still work
+        if not current["timed"]:
+            # An untimed call's kernels are its own, not work launched outside the calls:
+            # waited for here, so the next timed call's idle check sees only the latter
+            # (unsynchronized warmups made H100 reference copies look busy).
+            sync(device)
         return out
 
     def on_output(i: int, out) -> None:
@@ -330,7 +337,8 @@ def _time_candidate(model, module, payload: dict, workdir: Path, device: torch.d
     with torch.no_grad():
         if rounds:
             stats = time_paired(timed, settings, device, args_for_trial, on_output,
-                                 Path(payload["paired"]["dir"]), rounds, ledger.call_ended)
+                                 Path(payload["paired"]["dir"]), rounds, ledger.call_ended,
+                                 ledger.device_idle)
         else:
             stats = time_callable(timed, settings, device, args_for_trial, on_output)
     return {"timing": stats.model_dump(), "threads_work": ledger.report()}

@@ -182,7 +182,9 @@ class ReferenceStore:
                                "rule": cfg.tolerance, "truth": truth},
                    "timing": cfg.timing.model_dump() if want_timing else None,
                    "baseline_mode": cfg.baseline_mode,
-                   "metrics": state.metrics is None, "floor_timing": cfg.timing.model_dump(),
+                   "metrics": state.metrics is None,
+                   "count_launches": cfg.counts_launches(self.ctx.device_kind),
+                   "floor_timing": cfg.timing.model_dump(),
                    "keep_bytes": keep_bytes(cfg.mem_limit_mb)}
         out = self._call(device, payload)
         if not out.ok:

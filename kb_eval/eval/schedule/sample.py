@@ -155,6 +155,7 @@ def _payload(ctx: EvalContext, task: SampleTask, device: str) -> dict:
             "device": ctx.torch_device(device), "precision": cfg.precision,
             "seed": ctx.problem_seed(task.problem), "correct_trials": _trials(cfg, task),
             "timing": cfg.timing.model_dump(), "recheck_timed": cfg.recheck_timed,
+            "count_launches": cfg.counts_launches(ctx.device_kind),
             "device_lock": str(ctx.lock_path(device))}
 
 
@@ -164,7 +165,7 @@ def _note_diagnostics(record: SampleRecord, result: dict, metrics: dict) -> None
     record.memory = {"reference_peak": metrics.get("peak_bytes"),
                      "candidate_peak": _int_or_none(result.get("peak_mem_bytes"))}
     record.reference_deterministic = metrics.get("deterministic")
-    if record.correct:
+    if record.correct and result.get("launches") is not None:
         record.launches = LaunchCounts(**paired_counts(result.get("launches"),
                                                        metrics.get("launches")))
 
