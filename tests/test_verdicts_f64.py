@@ -144,3 +144,18 @@ def test_long_matmul_pipeline(tmp_path, build_cache_dir):
     assert rec["own_tol"]["correct"] and own["rule"] == "kernelbench"
     assert (own["atol"], own["rtol"], own["tolerance_source"]) == (0.5, 0.0, "problem")
     assert own["verdicts"] == {"kernelbench": True, "f64": False}
+
+
+def test_integer_outputs_keep_the_exact_verdict(tmp_path):
+    """An argmax's int64 output has no float64 truth to compare with: it is judged exactly
+    (KernelBench's rule) under the f64 rule too. This raised inside the reference server
+    for KernelBench level 1's argmax/argmin problems on the H100 (reference_error)."""
+    ref = [torch.tensor([3, 1, 4, 1, 5], dtype=torch.int64)]
+    truth = [t.clone() for t in ref]  # the float64 run of an argmax is int64 as well
+    path = tmp_path / "same.out"
+    outputs.write(path, ref, outputs.Staging())
+    same = judge_file(path, ref, 1e-4, 1e-4, None, truth)
+    assert same["ok"] and same["f64"]["ok"], same
+    outputs.write(tmp_path / "off.out", [torch.tensor([3, 1, 4, 1, 6])], outputs.Staging())
+    off = judge_file(tmp_path / "off.out", ref, 1e-4, 1e-4, None, truth)
+    assert not off["f64"]["ok"] and "differs" in off["f64"]["error"], off
