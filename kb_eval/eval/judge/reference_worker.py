@@ -172,11 +172,11 @@ def _float64_truth(p: Problem, inputs: list, precision: str,
     so (remembered for the problem: its samples fall back to the KernelBench rule)."""
     if p.truth_error:
         return p.truth_error
-    wide = [cast_tree(x, torch.float64) for x in inputs]
     try:
         p.model.to(torch.float64)  # widening the rounded weights is exact, as is narrowing
-        with torch.no_grad():
-            out = with_room(lambda: p.model(*wide), device)
+        with torch.no_grad():  # the widened inputs live only during the call
+            out = with_room(lambda: p.model(*[cast_tree(x, torch.float64) for x in inputs]),
+                            device)
         sync(device)
         return [t.detach() for t in output_tensors(out)]
     except Exception as e:  # noqa: BLE001 - an op without float64 support, a fixed dtype
@@ -185,7 +185,6 @@ def _float64_truth(p: Problem, inputs: list, precision: str,
         return p.truth_error
     finally:
         p.model.to(precision_dtype(precision))
-        del wide
 
 
 def compare_sample(payload: dict, workdir: Path) -> dict:
