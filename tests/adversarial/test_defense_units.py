@@ -278,3 +278,39 @@ def test_sweep_kills_marker_less_escapee_only():
     finally:
         same_session.kill()
         same_session.wait()
+
+
+def test_outside_work_names_the_threads_alive():
+    """A thread that burns CPU between calls is charged to the candidate, and the flag names
+    the threads still alive with their CPU, busiest first (to tell a candidate's worker from
+    a library's)."""
+    import threading
+
+    from kb_eval.eval.child.threads import Ledger
+    from kb_eval.eval.judge.verdict import outside_work
+
+    ledger = Ledger(torch.device("cpu"))
+    ledger.call_starts()
+    ledger.call_ended()
+    stop = threading.Event()
+
+    def burn():
+        end = time.thread_time() + 0.05
+        while time.thread_time() < end:
+            pass
+        stop.wait()
+
+    worker = threading.Thread(target=burn)
+    worker.start()
+    time.sleep(0.3)
+    try:
+        report = ledger.report()
+    finally:
+        stop.set()
+        worker.join()
+    assert report["outside_ms"] >= 40, report
+    [flag] = outside_work(report)
+    # Python 3.11 does not name the OS thread: it shows as the process's name.
+    alive = flag.message.split("its threads alive: ")[1]
+    assert flag.code == "work_outside_call" and float(alive.split(": ")[1].split()[0]) >= 40
+    assert outside_work({**report, "outside_ms": 0.0}) == []

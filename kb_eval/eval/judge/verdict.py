@@ -176,9 +176,13 @@ def outside_work(report: object) -> list[Flag]:
                      message=f"malformed threads report {report!r:.200}")]
     out, timed, busy = nums["outside_ms"], nums["timed_ms"], nums["busy_calls"]
     if out > OUTSIDE_SHARE * timed + OUTSIDE_SLACK_MS:
+        names = report.get("threads")
+        alive = ("; its threads alive: " + ", ".join(map(str, names[:5]))[:300]
+                 if isinstance(names, list) and names else "")
         return [Flag(code="work_outside_call", severity="error",
                      message=f"the candidate's threads used {out:.1f} ms of CPU between its "
-                             f"timed calls ({timed:.1f} ms timed): work the timer did not see")]
+                             f"timed calls ({timed:.1f} ms timed): work the timer did not "
+                             f"see{alive}")]
     if busy >= 2:
         return [Flag(code="work_outside_call", severity="error",
                      message=f"the device was still busy when {busy} timed calls began: "
