@@ -196,6 +196,38 @@ def device_wait_ms(device: torch.device) -> float | None:
     return None if resource.getrusage(resource.RUSAGE_THREAD).ru_nivcsw != before else waited
 
 
+# A tiny kernel's host round trip on an idle GPU takes ~0.02 ms; behind kernels of another
+# process (contexts share the GPU by time slices) it waits for that work or a slice.
+QUIET_PROBE_MS = 0.25
+
+
+def busy_ms_before_quiet(device: torch.device, limit_s: float = 5.0, calm: int = 3) -> float:
+    """Host milliseconds until the GPU ran `calm` tiny kernels of ours in a row at an idle
+    GPU's latency: how long work of another process kept it busy (0 when none did). A
+    synchronize sees only this process's work, so this is how the reference server tells
+    that a stopped candidate's kernels are still running. At the limit: the time waited.
+    Probes during which this thread was preempted measured the host and are not counted."""
+    probe = torch.empty(1, device=device)
+    torch.cuda.synchronize(device)  # our own work first: only another process's may remain
+    t_start, fast, quiet_since = clocks.perf_counter(), 0, 0.0
+    while clocks.perf_counter() - t_start < limit_s:
+        before = resource.getrusage(resource.RUSAGE_THREAD).ru_nivcsw
+        t0 = clocks.perf_counter()
+        probe.zero_()
+        torch.cuda.synchronize(device)
+        took_ms = (clocks.perf_counter() - t0) * 1e3
+        if resource.getrusage(resource.RUSAGE_THREAD).ru_nivcsw != before:
+            continue
+        if took_ms > QUIET_PROBE_MS:
+            fast = 0
+            continue
+        quiet_since = t0 if fast == 0 else quiet_since
+        fast += 1
+        if fast == calm:
+            return (quiet_since - t_start) * 1e3
+    return (clocks.perf_counter() - t_start) * 1e3
+
+
 class _CpuTimer:
     def time_one(self, fn, call_args):
         t0 = clocks.perf_counter_ns()

@@ -1,11 +1,17 @@
-"""Timing on a CUDA GPU: work left on a side stream is counted."""
+"""Timing on a CUDA GPU: work left on a side stream is counted; another process's kernels
+are seen."""
 
 from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
 
 import pytest
 import torch
 
-from kb_eval.timing import TimingSettings, time_callable
+from kb_eval.timing import TimingSettings, busy_ms_before_quiet, time_callable
 
 pytestmark = pytest.mark.gpu
 SETTINGS = TimingSettings(warmup=3, trials=30)
@@ -38,3 +44,24 @@ def test_side_stream_work_is_timed_at_its_true_cost():
     end.record()
     torch.cuda.synchronize()
     assert start.elapsed_time(end) < 0.5 * main
+
+
+def test_a_stopped_process_kernels_keep_the_gpu_busy_until_they_end():
+    """What the reference server relies on before each paired round: its synchronize does
+    not see another process's kernels, but a probe of its own waits behind them."""
+    assert busy_ms_before_quiet(torch.device("cuda")) < 1.0  # nothing else runs
+    queue = ("import sys, torch\n"
+             "torch.cuda._sleep(1 << 20); torch.cuda.synchronize()\n"
+             "torch.cuda._sleep(int(2e9))\n"  # ~1 s of GPU spin at H100 clocks
+             "print('queued', flush=True); sys.stdin.read()\n")
+    other = subprocess.Popen([sys.executable, "-c", queue], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert other.stdout.readline().strip() == "queued"
+        os.kill(other.pid, signal.SIGSTOP)  # as the pairing stops a candidate
+        busy = busy_ms_before_quiet(torch.device("cuda"))
+        assert busy > 100, busy
+    finally:
+        os.kill(other.pid, signal.SIGCONT)
+        other.kill()
+        other.wait()

@@ -207,9 +207,10 @@ class ReferenceStore:
         return ReferenceRun(state, seen=result.get("seen", {}), diffs=result.get("diffs", {}),
                             tolerance=result.get("tolerance") or {})
 
-    def time_round(self, problem: Problem, device: str, r: int, k: int) -> list[float]:
+    def time_round(self, problem: Problem, device: str, r: int, k: int) -> dict:
         """The reference's round `r` of a paired timing (schedule/pairing.py): its `k`
-        timed calls (ms). Not under the device lock: the sample's candidate child holds it
+        timed calls ("ms") and how long the GPU was busy with another process's work
+        before them ("busy_ms"). Not under the device lock: the sample's candidate child holds it
         alone for its whole timing step, rounds of both sides included."""
         cfg, server = self.ctx.config, self.servers[device]
         payload = {"time_calls": True, "round": r, "problem_code": problem.code,
@@ -222,7 +223,7 @@ class ReferenceStore:
         if not isinstance(ms, list) or len(ms) != k:
             why = (out.result or {}).get("error") if out.ok else None
             raise RuntimeError(f"reference round {r}: {why or out.describe()}")
-        return [float(x) for x in ms]
+        return {"ms": [float(x) for x in ms], "busy_ms": float(out.result.get("busy_ms") or 0)}
 
     def server_pids(self) -> set[int]:
         """The servers' processes: never stopped by a paired timing."""

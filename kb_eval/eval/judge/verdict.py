@@ -85,6 +85,7 @@ def judge_sample(ctx: EvalContext, problem: Problem, source: str, n_correct: int
                               ref.seen))
     record.flags.extend(child_flags(result))
     record.flags.extend(outside_work(result.get("threads_work")))
+    record.flags.extend(busy_while_stopped(paired, ctx.device_kind == "cuda"))
     timed = [lb for lb in labels if TIMED_LABEL.fullmatch(lb)]
     record.flags.extend(completeness(expected_rechecks(cfg, ref.state.metrics), timed,
                                      bool(result.get("timing"))))
@@ -126,12 +127,22 @@ def judge_sample(ctx: EvalContext, problem: Problem, source: str, n_correct: int
     return record
 
 
-# On a GPU, the reference timed beside the candidate may run this much slower than timed
-# alone before the pairing is distrusted: the candidate's process is stopped during the
-# reference's rounds, but kernels it queued before that still run. (On a CPU the stop
-# covers all of its work; there, short rounds after an idle wait run slower than a hot
-# loop for honest reasons, so the check would only misfire.)
-PAIRED_SLOW = 1.25
+# Milliseconds the GPU may stay busy with other work while the candidate is stopped before
+# a reference round (time slices, a probe's noise): the candidate's child synchronized and
+# found its device idle before it asked for the round, so honest work has ended by then.
+QUIET_SLACK_MS = 1.0
+
+
+def busy_while_stopped(paired: dict | None, on_gpu: bool) -> list[Flag]:
+    """`work_outside_call` (error) when, before a reference round, the GPU stayed busy with
+    other work while the candidate was stopped (schedule/pairing.py): kernels it queued or
+    launched after its idle check, which its timed calls never paid for."""
+    busy = float((paired or {}).get("busy_ms") or 0.0)
+    if not on_gpu or busy <= QUIET_SLACK_MS:
+        return []
+    return [Flag(code="work_outside_call", severity="error", message=(
+        f"the GPU ran {busy:.4g} ms of other work while the candidate was stopped "
+        "between its timed rounds"))]
 
 
 def _use_pairing(record: SampleRecord, paired: dict | None, live: bool, on_gpu: bool) -> None:
@@ -149,11 +160,6 @@ def _use_pairing(record: SampleRecord, paired: dict | None, live: bool, on_gpu: 
         return
     ref = TimingStats.of([ms for r in rounds for ms in r]).model_copy(
         update={"rounds": [statistics.median(r) for r in rounds]})
-    if on_gpu and ref.median > PAIRED_SLOW * record.baseline.median:
-        record.flags.append(Flag(code="unpaired", message=(
-            f"the reference timed beside the candidate ran {ref.median:.4g} ms, "
-            f"{ref.median / record.baseline.median:.2f}x its time alone: pairing not used")))
-        return
     record.speedup_ci = widened(*paired_interval(ref.rounds, cand))
     record.speedup_ci_method = "paired_rounds" if live else "paired_live_rounds"
     if live:

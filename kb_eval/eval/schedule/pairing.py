@@ -40,9 +40,10 @@ class Pairing(threading.Thread):
 
     def __init__(self, time_round, folder: Path, rounds: int, forbidden: set[int]):
         super().__init__(daemon=True, name="kb_eval-pairing")
-        self.time_round = time_round  # (round) -> list of ms, from the reference server
+        self.time_round = time_round  # (round) -> {"ms", "busy_ms"}, from the reference server
         self.folder, self.rounds, self.forbidden = folder, rounds, forbidden
         self.ref_ms: dict[int, list[float]] = {}
+        self.busy_ms: dict[int, float] = {}
         self.error: str | None = None
         self.done = threading.Event()
         folder.mkdir(parents=True, exist_ok=True)
@@ -73,7 +74,8 @@ class Pairing(threading.Thread):
             os.killpg(pgid, signal.SIGSTOP)
             try:
                 for q in due:
-                    self.ref_ms[q] = self.time_round(q)
+                    timed = self.time_round(q)
+                    self.ref_ms[q], self.busy_ms[q] = timed["ms"], timed["busy_ms"]
             except Exception as e:  # noqa: BLE001 - the sample keeps its unpaired interval
                 self.error = f"reference round: {type(e).__name__}: {e}"[:300]
             finally:
@@ -115,10 +117,12 @@ def start_pairing(ctx, refs, problem, device: str, run_dir: Path,
 
 def finish_pairing(pairing: Pairing | None) -> dict | None:
     """What the verdict needs: {"rounds": the reference's times per round} or
-    {"error": why not}; None when the sample was not paired."""
+    {"error": why not}; None when the sample was not paired. With the rounds, "busy_ms":
+    the longest the GPU stayed busy with other work while the candidate was stopped."""
     if pairing is None:
         return None
     ref = pairing.finish()
     if ref is None:
         return {"error": pairing.error}
-    return {"rounds": [ref[r] for r in range(pairing.rounds)]}
+    return {"rounds": [ref[r] for r in range(pairing.rounds)],
+            "busy_ms": max(pairing.busy_ms.values(), default=0.0)}
