@@ -85,7 +85,6 @@ def judge_sample(ctx: EvalContext, problem: Problem, source: str, n_correct: int
                               ref.seen))
     record.flags.extend(child_flags(result))
     record.flags.extend(outside_work(result.get("threads_work")))
-    record.flags.extend(busy_while_stopped(paired, ctx.device_kind == "cuda"))
     timed = [lb for lb in labels if TIMED_LABEL.fullmatch(lb)]
     record.flags.extend(completeness(expected_rechecks(cfg, ref.state.metrics), timed,
                                      bool(result.get("timing"))))
@@ -125,24 +124,6 @@ def judge_sample(ctx: EvalContext, problem: Problem, source: str, n_correct: int
     record.speedup_counted = record.speedup is not None and not any(
         f.code in VOIDS_SPEEDUP for f in record.flags)
     return record
-
-
-# Milliseconds the GPU may stay busy with other work while the candidate is stopped before
-# a reference round (time slices, a probe's noise): the candidate's child synchronized and
-# found its device idle before it asked for the round, so honest work has ended by then.
-QUIET_SLACK_MS = 1.0
-
-
-def busy_while_stopped(paired: dict | None, on_gpu: bool) -> list[Flag]:
-    """`work_outside_call` (error) when, before a reference round, the GPU stayed busy with
-    other work while the candidate was stopped (schedule/pairing.py): kernels it queued or
-    launched after its idle check, which its timed calls never paid for."""
-    busy = float((paired or {}).get("busy_ms") or 0.0)
-    if not on_gpu or busy <= QUIET_SLACK_MS:
-        return []
-    return [Flag(code="work_outside_call", severity="error", message=(
-        f"the GPU ran {busy:.4g} ms of other work while the candidate was stopped "
-        "between its timed rounds"))]
 
 
 def _use_pairing(record: SampleRecord, paired: dict | None, live: bool, on_gpu: bool) -> None:

@@ -110,6 +110,8 @@ def evaluate_once(ctx: EvalContext, refs: ReferenceStore, task: SampleTask,
     alone = _WINDOWS.end(window)
     paired = finish_pairing(pairing)
     task.laps.lap("run")
+    if (paired or {}).get("busy_ms"):  # other processes' GPU work the reference waited out
+        task.laps.seconds["pair_busy_max"] = round(paired["busy_ms"] / 1e3, 4)
     if sweep_escapees() and alone:
         record.flags.append(Flag(code="left_processes", severity="warning",
                                  message="processes that shed the sandbox marker outlived "
