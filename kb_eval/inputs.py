@@ -8,6 +8,7 @@ to the run's precision; fp32 runs with TF32 off, so fp32 means fp32.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from typing import Any, Callable
 
@@ -89,3 +90,21 @@ def copy_tree(x: Any) -> Any:
     if isinstance(x, (list, tuple)):
         return type(x)(copy_tree(v) for v in x)
     return x
+
+
+@contextlib.contextmanager
+def widened(model: torch.nn.Module, dtype: torch.dtype):
+    """`model` in float64 for the duration, then in `dtype` again, with the tensors that
+    its modules hold as plain attributes (not parameters or buffers: `.to` leaves them
+    alone) put back as they were: a stateful reference (KernelBench level3/33 keeps its
+    RNN hidden state so) would otherwise keep a float64 state from the widened call and
+    fail every later call at its own precision."""
+    plain = [(m, k, v) for m in model.modules() for k, v in vars(m).items()
+             if isinstance(v, torch.Tensor)]
+    model.to(torch.float64)  # widening the rounded weights is exact, as is narrowing
+    try:
+        yield model
+    finally:
+        model.to(dtype)
+        for m, k, v in plain:
+            setattr(m, k, v)

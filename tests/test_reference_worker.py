@@ -90,3 +90,47 @@ def test_nothing_kept_without_room(tmp_path):
         r = reference_worker.compare_sample(_payload(tmp_path, labels, keep_bytes=0), tmp_path)
         assert all(d["ok"] for d in r["diffs"].values())
     assert _calls() == 4
+
+
+STATEFUL = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """Keeps its recurrent state as a plain attribute, which `.to(dtype)` does not convert."""
+
+    def __init__(self):
+        super().__init__()
+        self.mix = nn.Linear(8, 4)
+        self.state = torch.zeros(6, 4)
+
+    def forward(self, x, start):
+        self.state.copy_(start)
+        self.state = torch.tanh(self.mix(torch.cat((x, self.state.to(x.device)), dim=1)))
+        return self.state * 2
+
+
+def get_inputs():
+    return [torch.randn(6, 4), torch.randn(6, 4)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_a_stateful_reference_still_runs_after_its_float64_run(tmp_path):
+    """The float64 truth ran the model widened; a state it kept in float64 made every later
+    call at the run's precision fail (KernelBench level3/33 was reference_error on the
+    H100). Each correctness trial is the reference run, then its float64 run."""
+    labels = [["correct", 0], ["correct", 1], ["correct", 2]]
+    for kind, i in labels:
+        outputs.write(tmp_path / f"{label_name((kind, i, None))}.out", [torch.zeros(6, 4)])
+    payload = _payload(tmp_path, labels)
+    payload["problem_code"], payload["compare"]["truth"] = STATEFUL, True
+    r = reference_worker.compare_sample(payload, tmp_path)
+    assert set(r["diffs"]) == {"correct_0", "correct_1", "correct_2"}
+    assert all("f64" in d and "f64_skipped" not in d for d in r["diffs"].values()), r["diffs"]
+    (problem,) = reference_worker._LOADED.values()
+    assert problem.model.state.dtype == torch.float32

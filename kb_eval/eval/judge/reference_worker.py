@@ -45,7 +45,7 @@ from kb_eval.harness import (compile_model, inputs_for, load_problem, reference_
                              time_model)
 from kb_eval.faults import inject_fault
 from kb_eval.inputs import (cast_tree, make_init_inputs, make_inputs, precision_dtype,
-                            set_precision_flags)
+                            set_precision_flags, widened)
 from kb_eval.profile.launches import count_or_error
 from kb_eval.timing import (TimingSettings, busy_ms_before_quiet, kept, paired_rounds,
                             time_calls, timer_for)
@@ -174,18 +174,16 @@ def _float64_truth(p: Problem, inputs: list, precision: str,
     if p.truth_error:
         return p.truth_error
     try:
-        p.model.to(torch.float64)  # widening the rounded weights is exact, as is narrowing
-        with torch.no_grad():  # the widened inputs live only during the call
-            out = with_room(lambda: p.model(*[cast_tree(x, torch.float64) for x in inputs]),
+        with widened(p.model, precision_dtype(precision)) as model, torch.no_grad():
+            # the widened inputs live only during the call
+            out = with_room(lambda: model(*[cast_tree(x, torch.float64) for x in inputs]),
                             device)
-        sync(device)
+            sync(device)
         return [t.detach() for t in output_tensors(out)]
     except Exception as e:  # noqa: BLE001 - an op without float64 support, a fixed dtype
         p.truth_error = ("the reference does not run in float64: "
                          f"{type(e).__name__}: {e}".splitlines()[0][:300])
         return p.truth_error
-    finally:
-        p.model.to(precision_dtype(precision))
 
 
 def compare_sample(payload: dict, workdir: Path) -> dict:
