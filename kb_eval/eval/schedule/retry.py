@@ -22,6 +22,7 @@ def evaluate_sample(ctx: EvalContext, refs: ReferenceStore, task: SampleTask,
     the device's samples in flight (overlap.py); a large problem takes several, or all."""
     task.laps.lap("wait")
     plan = refs.plan(task.problem, device, ctx.baseline_peak(task.problem))
+    task.laps.lap("plan")  # the memory plan's own cost (the reference server's sizes)
     if not plan.fits:
         return finish(unjudged(ctx, task, "too_large", plan.reason, plan), task)
     if slots is None:
