@@ -263,7 +263,7 @@ def time_round(payload: dict, device: torch.device) -> dict:
     if isinstance(timed, str):  # the compiler's limit: an answer, not a failed server call
         return {"error": f"no {payload.get('baseline_mode')} baseline: {timed}"}
     # Kernels the stopped candidate queued may still run: wait them out, so that they
-    # never slow the reference's round, and report how long (judge/verdict.py).
+    # never slow the reference's round, and report how long (phases.pair_busy_max).
     busy_ms = busy_ms_before_quiet(device) if device.type == "cuda" else 0.0
     with torch.no_grad():
         for i in range(1 + (settings.warmup if r == 0 else 0)):

@@ -210,8 +210,8 @@ class ReferenceStore:
     def time_round(self, problem: Problem, device: str, r: int, k: int) -> dict:
         """The reference's round `r` of a paired timing (schedule/pairing.py): its `k`
         timed calls ("ms") and how long the GPU was busy with another process's work
-        before them ("busy_ms"). Not under the device lock: the sample's candidate child holds it
-        alone for its whole timing step, rounds of both sides included."""
+        before them ("busy_ms"). Not under the device lock: the sample's candidate child
+        holds it alone for its whole timing step, rounds of both sides included."""
         cfg, server = self.ctx.config, self.servers[device]
         payload = {"time_calls": True, "round": r, "problem_code": problem.code,
                    "device": self.ctx.torch_device(device), "precision": cfg.precision,

@@ -119,14 +119,14 @@ def judge_sample(ctx: EvalContext, problem: Problem, source: str, n_correct: int
         interval = speedup_interval(record.baseline, record.timing)
         if interval is not None:
             record.speedup_ci, record.speedup_ci_method = interval
-        _use_pairing(record, paired, cfg.live_baseline, ctx.device_kind == "cuda")
+        _use_pairing(record, paired, cfg.live_baseline)
     record.flags = dedupe(record.flags)
     record.speedup_counted = record.speedup is not None and not any(
         f.code in VOIDS_SPEEDUP for f in record.flags)
     return record
 
 
-def _use_pairing(record: SampleRecord, paired: dict | None, live: bool, on_gpu: bool) -> None:
+def _use_pairing(record: SampleRecord, paired: dict | None, live: bool) -> None:
     """The speedup's interval from the rounds timed in pairs (schedule/pairing.py), when
     the sample was paired and the pairing is sound; else the unpaired one stays, and a
     warning says why. Live baseline: the point estimate and the baseline are the paired
