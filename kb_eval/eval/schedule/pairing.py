@@ -43,7 +43,7 @@ class Pairing(threading.Thread):
         self.time_round = time_round  # (round) -> {"ms", "busy_ms"}, from the reference server
         self.folder, self.rounds, self.forbidden = folder, rounds, forbidden
         self.ref_ms: dict[int, list[float]] = {}
-        self.busy_ms: dict[int, float] = {}
+        self.busy_ms = 0.0  # the longest wait for a quiet GPU before a reference round
         self.error: str | None = None
         self.done = threading.Event()
         folder.mkdir(parents=True, exist_ok=True)
@@ -75,7 +75,8 @@ class Pairing(threading.Thread):
             try:
                 for q in due:
                     timed = self.time_round(q)
-                    self.ref_ms[q], self.busy_ms[q] = timed["ms"], timed["busy_ms"]
+                    self.ref_ms[q] = timed["ms"]
+                    self.busy_ms = max(self.busy_ms, timed["busy_ms"])
             except Exception as e:  # noqa: BLE001 - the sample keeps its unpaired interval
                 self.error = f"reference round: {type(e).__name__}: {e}"[:300]
             finally:
@@ -125,4 +126,4 @@ def finish_pairing(pairing: Pairing | None) -> dict | None:
     if ref is None:
         return {"error": pairing.error}
     return {"rounds": [ref[r] for r in range(pairing.rounds)],
-            "busy_ms": max(pairing.busy_ms.values(), default=0.0)}
+            "busy_ms": pairing.busy_ms}
