@@ -211,12 +211,10 @@ def busy_ms_before_quiet(device: torch.device, limit_s: float = 5.0, calm: int =
     torch.cuda.synchronize(device)  # our own work first: only another process's may remain
     t_start, fast, quiet_since = clocks.perf_counter(), 0, 0.0
     while clocks.perf_counter() - t_start < limit_s:
-        before = resource.getrusage(resource.RUSAGE_THREAD).ru_nivcsw
         t0 = clocks.perf_counter()
         probe.zero_()
-        torch.cuda.synchronize(device)
-        took_ms = (clocks.perf_counter() - t0) * 1e3
-        if resource.getrusage(resource.RUSAGE_THREAD).ru_nivcsw != before:
+        took_ms = device_wait_ms(device)
+        if took_ms is None:
             continue
         if took_ms > QUIET_PROBE_MS:
             fast = 0
