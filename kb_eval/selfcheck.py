@@ -32,6 +32,9 @@ def row_of(record: SampleRecord) -> dict:
             "reason": None if ok else (record.error or record.status),
             "speedup": record.speedup, "speedup_ci": record.speedup_ci,
             "speedup_ci_method": record.speedup_ci_method,
+            # launch-bound when near the call's time: then the speedup is host launch speed
+            "launch_ms": {"copy": getattr(record.timing, "launch_ms", None),
+                          "reference": getattr(record.baseline, "launch_ms", None)},
             "deterministic": record.reference_deterministic,
             "reference_need_bytes": mem.get("reference_need") or mem.get("reference_peak"),
             "reference_peak_bytes": mem.get("reference_peak"),

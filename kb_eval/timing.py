@@ -60,6 +60,10 @@ class TimingStats(BaseModel):
     # speedup's confidence interval resamples (kb_eval/eval/judge/confidence.py). Drift
     # within the run shows up as spread between rounds. None in files from before.
     rounds: list[float] | None = None
+    # Median host milliseconds from a call's start event to its end event being recorded:
+    # the time to launch its work. Near `median`, the call is launch-bound (its time is
+    # the host's speed at launching kernels, not the GPU's). None on a CPU.
+    launch_ms: float | None = None
 
     @classmethod
     def of(cls, samples_ms: Sequence[float]) -> "TimingStats":
@@ -116,10 +120,12 @@ def time_callable(fn: Callable[..., Any], settings: TimingSettings | None = None
     for i in range(settings.warmup):
         fn(*args(-1 - i))
     n = settings.trials + (1 if settings.discard_first else 0)
-    samples = time_calls(fn, range(n), timer_for(device, settings.flush_l2), args, on_output)
+    timer = timer_for(device, settings.flush_l2)
+    take_launch_ms(timer)
+    samples = time_calls(fn, range(n), timer, args, on_output)
     if settings.discard_first:
         samples = samples[1:]
-    return TimingStats.of(samples)
+    return TimingStats.of(samples).model_copy(update={"launch_ms": take_launch_ms(timer)})
 
 
 def time_calls(fn: Callable[..., Any], indices: Sequence[int], timer: "_CpuTimer | _CudaTimer",
@@ -226,6 +232,17 @@ def busy_ms_before_quiet(device: torch.device, limit_s: float = 5.0, calm: int =
     return (clocks.perf_counter() - t_start) * 1e3
 
 
+def take_launch_ms(timer: "_CpuTimer | _CudaTimer") -> float | None:
+    """The median launch time of the calls `timer` timed since the last take (None on a
+    CPU or when none were), and forget them."""
+    launches = getattr(timer, "launch_ms", None)
+    if not launches:
+        return None
+    median = statistics.median(launches)
+    launches.clear()
+    return round(median, 4)
+
+
 class _CpuTimer:
     def time_one(self, fn, call_args):
         t0 = clocks.perf_counter_ns()
@@ -246,6 +263,7 @@ class _CudaTimer:
                           if flush_l2 else None)
         self.start, self.end, self.after_sync = (torch.cuda.Event(enable_timing=True)
                                                  for _ in range(3))
+        self.launch_ms: list[float] = []  # host time of each call's launch (take_launch_ms)
         self._spin_up()
         self.latency = self._calibrate()
 
@@ -302,9 +320,11 @@ class _CudaTimer:
 
     def time_one(self, fn, call_args):
         self._pre_queue()
+        t0 = clocks.perf_counter()
         self.start.record()
         out = fn(*call_args)
         self.end.record()
+        self.launch_ms.append((clocks.perf_counter() - t0) * 1e3)
         waited = self._wait_for_end()
         self.after_sync.record()
         self.after_sync.synchronize()

@@ -65,3 +65,21 @@ def test_a_stopped_process_kernels_keep_the_gpu_busy_until_they_end():
         os.kill(other.pid, signal.SIGCONT)
         other.kill()
         other.wait()
+
+
+def test_launch_time_tells_a_launch_bound_call_from_a_gpu_bound_one():
+    """`launch_ms` is the host's time to launch a call: far below the call's time when the
+    GPU does the work, the call's whole time when the host does (many tiny kernels)."""
+    x = torch.zeros(1, device="cuda")
+
+    def gpu_bound():
+        torch.cuda._sleep(2_000_000)  # ~1 ms of GPU spinning, launched in microseconds
+
+    def launch_bound():
+        for _ in range(300):
+            x.add_(1)
+
+    gpu = time_callable(gpu_bound, SETTINGS, "cuda")
+    host = time_callable(launch_bound, SETTINGS, "cuda")
+    assert gpu.launch_ms is not None and gpu.launch_ms < 0.2 * gpu.median, gpu
+    assert host.launch_ms is not None and host.launch_ms > 0.8 * host.median, host

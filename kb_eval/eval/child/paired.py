@@ -11,7 +11,8 @@ import torch
 
 from kb_eval import clocks
 from kb_eval.eval.child.probes import sync
-from kb_eval.timing import TimingSettings, TimingStats, kept, time_calls, timer_for
+from kb_eval.timing import (TimingSettings, TimingStats, kept, take_launch_ms, time_calls,
+                            timer_for)
 
 
 def time_paired(fn, settings: TimingSettings, device: torch.device, args, on_output,
@@ -28,19 +29,21 @@ def time_paired(fn, settings: TimingSettings, device: torch.device, args, on_out
     for i in range(settings.warmup):
         fn(*args(-1 - i))
     samples, medians = [], []
+    timer = timer_for(device, settings.flush_l2)
+    take_launch_ms(timer)
     for r, calls in enumerate(rounds):
         if r:
             check_idle()
         handshake(folder, r, device)
         fn(*args(-1 - settings.warmup - r))  # the round's first call: not timed (either side)
         untimed_ended()
-        ms = kept(settings, r, time_calls(fn, calls, timer_for(device, settings.flush_l2),
-                                          args, on_output, collect=r == 0))
+        ms = kept(settings, r, time_calls(fn, calls, timer, args, on_output, collect=r == 0))
         samples += ms
         medians.append(statistics.median(ms))
     check_idle()
     handshake(folder, len(rounds), device)
-    return TimingStats.of(samples).model_copy(update={"rounds": medians})
+    return TimingStats.of(samples).model_copy(update={"rounds": medians,
+                                                       "launch_ms": take_launch_ms(timer)})
 
 
 HANDSHAKE_WAIT_S = 300.0

@@ -48,7 +48,7 @@ from kb_eval.inputs import (cast_tree, make_init_inputs, make_inputs, precision_
                             set_precision_flags, widened)
 from kb_eval.profile.launches import count_or_error
 from kb_eval.timing import (TimingSettings, busy_ms_before_quiet, kept, paired_rounds,
-                            time_calls, timer_for)
+                            take_launch_ms, time_calls, timer_for)
 
 MAX_PROBLEMS = 8  # problems kept loaded (models hold their weights)
 # Reference outputs kept on a GPU between samples: at most this share of its memory. They
@@ -269,11 +269,12 @@ def time_round(payload: dict, device: torch.device) -> dict:
         for i in range(1 + (settings.warmup if r == 0 else 0)):
             timed(*args(-1 - i))
         sync(device)
-        ms = kept(settings, r, time_calls(timed, paired_rounds(settings)[r],
-                                          timer_for(device, settings.flush_l2), args,
+        timer = timer_for(device, settings.flush_l2)
+        take_launch_ms(timer)
+        ms = kept(settings, r, time_calls(timed, paired_rounds(settings)[r], timer, args,
                                           collect=r == 0))
     release(device)
-    return {"ms": ms, "busy_ms": busy_ms}
+    return {"ms": ms, "busy_ms": busy_ms, "launch_ms": take_launch_ms(timer)}
 
 
 def baseline_model(p: Problem, payload: dict, device: torch.device):

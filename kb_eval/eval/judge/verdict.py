@@ -140,7 +140,8 @@ def _use_pairing(record: SampleRecord, paired: dict | None, live: bool) -> None:
         record.flags.append(Flag(code="unpaired", message=f"speedup interval not paired: {why}"))
         return
     ref = TimingStats.of([ms for r in rounds for ms in r]).model_copy(
-        update={"rounds": [statistics.median(r) for r in rounds]})
+        update={"rounds": [statistics.median(r) for r in rounds],
+                "launch_ms": paired.get("launch_ms")})
     record.speedup_ci = widened(*paired_interval(ref.rounds, cand))
     record.speedup_ci_method = "paired_rounds" if live else "paired_live_rounds"
     if live:

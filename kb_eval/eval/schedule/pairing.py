@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import statistics
 import signal
 import threading
 from pathlib import Path
@@ -44,6 +45,7 @@ class Pairing(threading.Thread):
         self.folder, self.rounds, self.forbidden = folder, rounds, forbidden
         self.ref_ms: dict[int, list[float]] = {}
         self.busy_ms = 0.0  # the longest wait for a quiet GPU before a reference round
+        self.launch_ms: list[float] = []  # each reference round's median launch time (GPU)
         self.error: str | None = None
         self.done = threading.Event()
         folder.mkdir(parents=True, exist_ok=True)
@@ -77,6 +79,8 @@ class Pairing(threading.Thread):
                     timed = self.time_round(q)
                     self.ref_ms[q] = timed["ms"]
                     self.busy_ms = max(self.busy_ms, timed["busy_ms"])
+                    if timed.get("launch_ms") is not None:
+                        self.launch_ms.append(timed["launch_ms"])
             except Exception as e:  # noqa: BLE001 - the sample keeps its unpaired interval
                 self.error = f"reference round: {type(e).__name__}: {e}"[:300]
             finally:
@@ -119,11 +123,14 @@ def start_pairing(ctx, refs, problem, device: str, run_dir: Path,
 def finish_pairing(pairing: Pairing | None) -> dict | None:
     """What the verdict needs: {"rounds": the reference's times per round} or
     {"error": why not}; None when the sample was not paired. With the rounds, "busy_ms":
-    the longest the GPU stayed busy with other work while the candidate was stopped."""
+    the longest the GPU stayed busy with other work while the candidate was stopped, and
+    "launch_ms": the reference's median launch time (None on a CPU)."""
     if pairing is None:
         return None
     ref = pairing.finish()
     if ref is None:
         return {"error": pairing.error}
+    launches = pairing.launch_ms
     return {"rounds": [ref[r] for r in range(pairing.rounds)],
-            "busy_ms": pairing.busy_ms}
+            "busy_ms": pairing.busy_ms,
+            "launch_ms": statistics.median(launches) if launches else None}
