@@ -45,6 +45,8 @@ def test_cuda_correct(records):
     assert r.correctness.trials == 5 + 2 and r.speedup is not None and r.timing.n == 20
     # compiled by the build child, with no GPU visible (not deferred to the run child)
     assert r.build.status == "ok" and r.compiled
+    # both sides' launch times reach the record (the reference's through the pairing)
+    assert r.timing.launch_ms is not None and r.baseline.launch_ms is not None, r
 
 
 def test_cuda_incorrect(records):

@@ -209,9 +209,10 @@ class ReferenceStore:
 
     def time_round(self, problem: Problem, device: str, r: int, k: int) -> dict:
         """The reference's round `r` of a paired timing (schedule/pairing.py): its `k`
-        timed calls ("ms") and how long the GPU was busy with another process's work
-        before them ("busy_ms"). Not under the device lock: the sample's candidate child
-        holds it alone for its whole timing step, rounds of both sides included."""
+        timed calls ("ms"), how long the GPU was busy with another process's work
+        before them ("busy_ms") and the calls' median launch time ("launch_ms", GPU).
+        Not under the device lock: the sample's candidate child holds it alone for its
+        whole timing step, rounds of both sides included."""
         cfg, server = self.ctx.config, self.servers[device]
         payload = {"time_calls": True, "round": r, "problem_code": problem.code,
                    "device": self.ctx.torch_device(device), "precision": cfg.precision,
@@ -223,7 +224,9 @@ class ReferenceStore:
         if not isinstance(ms, list) or len(ms) != k:
             why = (out.result or {}).get("error") if out.ok else None
             raise RuntimeError(f"reference round {r}: {why or out.describe()}")
-        return {"ms": [float(x) for x in ms], "busy_ms": float(out.result.get("busy_ms") or 0)}
+        launch = out.result.get("launch_ms")
+        return {"ms": [float(x) for x in ms], "busy_ms": float(out.result.get("busy_ms") or 0),
+                "launch_ms": None if launch is None else float(launch)}
 
     def server_pids(self) -> set[int]:
         """The servers' processes: never stopped by a paired timing."""
