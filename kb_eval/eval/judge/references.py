@@ -228,6 +228,11 @@ class ReferenceStore:
         return {"ms": [float(x) for x in ms], "busy_ms": float(out.result.get("busy_ms") or 0),
                 "launch_ms": None if launch is None else float(launch)}
 
+    def server_pid(self, device: str) -> int | None:
+        """The pid of `device`'s server, if it is running."""
+        server = self.servers.get(device)
+        return None if server is None or server.child is None else server.child.proc.pid
+
     def server_pids(self) -> set[int]:
         """The servers' processes: never stopped by a paired timing."""
         return {s.child.proc.pid for s in self.servers.values() if s.child is not None}

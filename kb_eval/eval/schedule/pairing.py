@@ -11,6 +11,9 @@ timed inside the candidate's process, where the candidate could forge its times.
 
 Order ABBA: rounds 2j and 2j+1 run reference, candidate, candidate, reference, so that
 neither side always goes first (a round right after an idle wait may start colder).
+
+On a GPU both sides launch from the same CPU core (pinning.py), asserted at every
+handshake.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ import signal
 import threading
 from pathlib import Path
 
+from kb_eval.eval.schedule import pinning
+from kb_eval.eval.schedule.context import is_cpu
 from kb_eval.timing import kept, paired_rounds
 
 POLL_S = 0.002
@@ -39,10 +44,13 @@ class Pairing(threading.Thread):
     the reference's times of round r. `error` says why pairing failed (the sample then
     keeps its unpaired interval)."""
 
-    def __init__(self, time_round, folder: Path, rounds: int, forbidden: set[int]):
+    def __init__(self, time_round, folder: Path, rounds: int, forbidden: set[int],
+                 core: int | None = None, server_pid=lambda: None):
         super().__init__(daemon=True, name="kb_eval-pairing")
         self.time_round = time_round  # (round) -> {"ms", "busy_ms"}, from the reference server
         self.folder, self.rounds, self.forbidden = folder, rounds, forbidden
+        self.core, self.server_pid = core, server_pid  # pinning.py; None: not pinned
+        self.server_masks: dict[int, set[int]] = {}  # each server pid's mask before
         self.ref_ms: dict[int, list[float]] = {}
         self.busy_ms = 0.0  # the longest wait for a quiet GPU before a reference round
         self.launch_ms: list[float] = []  # each reference round's median launch time (GPU)
@@ -63,16 +71,20 @@ class Pairing(threading.Thread):
         """Stop (the child has ended); the reference's rounds, or None when incomplete."""
         self.done.set()
         self.join()
+        for pid, mask in self.server_masks.items():
+            pinning.restore(pid, mask)
         if self.error is None and len(self.ref_ms) < self.rounds:
             self.error = f"{len(self.ref_ms)} of {self.rounds} reference rounds timed"
         return None if self.error else dict(self.ref_ms)
 
     def _answer(self, r: int) -> None:
         due = reference_rounds_before(r, self.rounds)
-        pgid = self._child_group() if due and self.error is None else None
+        pgid = self._child_group() if self.error is None else None
         if due and pgid is None and self.error is None:
             self.error = "the candidate's child could not be identified"
         if pgid is not None:
+            self._pin(pgid)
+        if due and pgid is not None:
             os.killpg(pgid, signal.SIGSTOP)
             try:
                 for q in due:
@@ -87,6 +99,15 @@ class Pairing(threading.Thread):
                 os.killpg(pgid, signal.SIGCONT)
         (self.folder / f"go_{r}.tmp").write_text("")
         os.replace(self.folder / f"go_{r}.tmp", self.folder / f"go_{r}")
+
+    def _pin(self, child: int) -> None:
+        """Both launching threads on `self.core` before the rounds that follow."""
+        if self.core is None:
+            return
+        pinning.pin(child, self.core)
+        server = self.server_pid()
+        if server is not None and (mask := pinning.pin(server, self.core)) is not None:
+            self.server_masks.setdefault(server, mask)
 
     def _child_group(self) -> int | None:
         """The process group of the child that wrote its pid before candidate code ran.
@@ -113,9 +134,10 @@ def start_pairing(ctx, refs, problem, device: str, run_dir: Path,
     shutil.rmtree(folder, ignore_errors=True)  # a retry's child starts afresh
     payload["paired"] = {"dir": str(folder)}
     settings = ctx.config.timing
+    core = pinning.timing_core(device) if pinning.enabled() and not is_cpu(device) else None
     pairing = Pairing(lambda r: refs.time_round(
         problem, device, r, len(kept(settings, r, list(rounds[r])))), folder, len(rounds),
-        refs.server_pids())
+        refs.server_pids(), core, lambda: refs.server_pid(device))
     pairing.start()
     return pairing
 

@@ -1,0 +1,52 @@
+"""One CPU core for both sides of a paired timing, on a GPU.
+
+A network of small kernels (KernelBench level 3) is launch-bound: its time is how fast the
+host enqueues kernels, not how fast the GPU runs them. On the H100 machine the same model
+enqueued in two processes, each on its own core, differed by up to a third between
+processes (see docs/GUARANTEES.md), enough to call a copy of the reference significantly
+faster than itself. So the pairing pins the launching (main) thread of the candidate's
+child and of the reference server to the same core for the timing step, and asserts it
+again before every round: either process may have moved meanwhile (candidate code can
+call sched_setaffinity on itself or on the server). Only the main thread: the candidate's
+and torch's other threads keep every core. The server gets its mask back afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+
+SWITCH_VAR = "KB_EVAL_PIN_CORE"  # "0": leave the scheduler alone (a measurement's A/B)
+
+
+def enabled() -> bool:
+    return os.environ.get(SWITCH_VAR, "1") != "0"
+
+
+def timing_core(device: str) -> int | None:
+    """The core for `device`'s timing steps: counted from the last core this process may
+    use (the first cores take interrupts and the parent's own work more often), one per
+    GPU so that lanes never share one. None with fewer than two cores."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        return None
+    index = int(device) if device.isdigit() else 0
+    return cores[-1 - index % (len(cores) - 1)]
+
+
+def pin(pid: int, core: int) -> set[int] | None:
+    """Pin `pid`'s main thread to `core`; its mask before, or None if it cannot be had
+    (the process is gone)."""
+    try:
+        before = os.sched_getaffinity(pid)
+        if before != {core}:
+            os.sched_setaffinity(pid, {core})
+        return before
+    except OSError:
+        return None
+
+
+def restore(pid: int, mask: set[int]) -> None:
+    try:
+        os.sched_setaffinity(pid, mask)
+    except OSError:
+        pass  # the process is gone

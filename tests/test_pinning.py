@@ -1,0 +1,82 @@
+"""Both sides of a paired timing launch from one CPU core (kb_eval/eval/schedule/pinning.py):
+the pairing thread pins a real child and a real stand-in server before each reference round,
+re-pins a child that moved itself, and gives the server its mask back."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from kb_eval.eval.schedule import pinning
+from kb_eval.eval.schedule.pairing import Pairing
+
+CORES = sorted(os.sched_getaffinity(0))
+pytestmark = pytest.mark.skipif(len(CORES) < 2, reason="needs two CPU cores")
+
+# The candidate's side of the handshake (as child/worker.py does it): its pid, then
+# ready_r / go_r for each round; after round 0 it moves itself back to every core.
+CHILD = textwrap.dedent("""
+    import os, sys, time
+    from pathlib import Path
+    folder, rounds, cores = Path(sys.argv[1]), int(sys.argv[2]), set(map(int, sys.argv[3].split(",")))
+    (folder / "pid").write_text(str(os.getpid()))
+    for r in range(rounds + 1):
+        (folder / f"ready_{r}").write_text("")
+        while not (folder / f"go_{r}").exists():
+            time.sleep(0.002)
+        (folder / f"mask_{r}").write_text(",".join(map(str, sorted(os.sched_getaffinity(0)))))
+        os.sched_setaffinity(0, cores)
+""")
+
+
+def test_timing_cores_are_one_per_gpu_and_never_all_of_them():
+    cores = {pinning.timing_core(str(i)) for i in range(len(CORES) - 1)}
+    assert len(cores) == len(CORES) - 1 and cores <= set(CORES)
+
+
+def test_both_sides_are_pinned_at_every_round_and_the_server_is_restored(tmp_path):
+    core, rounds = CORES[-1], 4
+    server = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(tmp_path), str(rounds),
+                              ",".join(map(str, CORES))], start_new_session=True)
+    seen = []
+
+    def time_round(r):
+        seen.append((r, os.sched_getaffinity(child.pid), os.sched_getaffinity(server.pid)))
+        return {"ms": [1.0], "busy_ms": 0.0}
+
+    try:
+        pairing = Pairing(time_round, tmp_path, rounds, set(), core, lambda: server.pid)
+        pairing.start()
+        assert child.wait(timeout=60) == 0
+        assert pairing.finish() is not None, pairing.error
+        assert sorted(r for r, _, _ in seen) == list(range(rounds))
+        # The child moved itself back to every core after each go; every round, its own
+        # and the reference's, found it (and the server) on the one core again.
+        assert all(c == {core} and s == {core} for _, c, s in seen), seen
+        masks = [(tmp_path / f"mask_{r}").read_text() for r in range(rounds)]
+        assert masks == [str(core)] * rounds
+        assert os.sched_getaffinity(server.pid) == set(CORES)
+    finally:
+        server.kill()
+        child.kill()
+
+
+def test_without_a_core_nothing_is_pinned(tmp_path):
+    server = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(tmp_path), "2",
+                              ",".join(map(str, CORES))], start_new_session=True)
+    seen = []
+    try:
+        pairing = Pairing(lambda r: seen.append(os.sched_getaffinity(server.pid))
+                          or {"ms": [1.0], "busy_ms": 0.0}, tmp_path, 2, set(), None,
+                          lambda: server.pid)
+        pairing.start()
+        assert child.wait(timeout=60) == 0
+        assert pairing.finish() is not None
+        assert seen == [set(CORES)] * 2
+    finally:
+        server.kill()
+        child.kill()
