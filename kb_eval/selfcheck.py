@@ -32,7 +32,9 @@ def row_of(record: SampleRecord) -> dict:
             "reason": None if ok else (record.error or record.status),
             "speedup": record.speedup, "speedup_ci": record.speedup_ci,
             "speedup_ci_method": record.speedup_ci_method,
-            # launch-bound when near the call's time: then the speedup is host launch speed
+            "median_ms": {"copy": getattr(record.timing, "median", None),
+                          "reference": getattr(record.baseline, "median", None)},
+            # launch-bound when near the median: then the speedup is host launch speed
             "launch_ms": {"copy": getattr(record.timing, "launch_ms", None),
                           "reference": getattr(record.baseline, "launch_ms", None)},
             "deterministic": record.reference_deterministic,

@@ -75,6 +75,7 @@ def test_check_harness_judges_every_copy(kb_folder, tmp_path, build_cache_dir):
     rows = json.loads(out.read_text())["problems"]
     assert [r["status"] for r in rows] == ["correct"] * 3
     assert all(r["deterministic"] is True and r["speedup"] > 0 for r in rows), rows
+    assert all(r["median_ms"]["copy"] > 0 and r["median_ms"]["reference"] > 0 for r in rows)
 
 
 def test_too_large_problem_is_not_the_candidates(kb_folder, tmp_path, build_cache_dir):

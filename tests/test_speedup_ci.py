@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from adversarial.evalrun import PROBLEMS, run_eval
-from kb_eval.eval.judge.confidence import bootstrap_interval, normal_interval, speedup_interval
+from kb_eval.eval.judge.confidence import (bootstrap_interval, normal_interval, resolution,
+                                           speedup_interval)
 from kb_eval.eval.judge.score import is_fast_sig, summarize
 from kb_eval.results import Flag, SampleRecord
 from kb_eval.timing import TimingStats, round_medians
@@ -37,6 +38,16 @@ def test_normal_interval_by_hand():
     assert hi == pytest.approx(2 * math.exp(0.034739), rel=1e-5)
     # every interval is widened by the timing's resolution (3 %) on each side
     assert speedup_interval(base, cand) == ([lo / 1.03, hi * 1.03], "normal_iqr")
+
+
+def test_a_launch_bound_call_widens_the_interval_by_its_launch_share():
+    gpu_bound, host_bound = _stats(2.0, 0.0, 100), _stats(1.0, 0.0, 100)
+    assert resolution(gpu_bound, host_bound) == pytest.approx(0.03)  # no launch times: 3 %
+    host_bound.launch_ms = 1.2  # launches take all of the call (clipped at 1): 3 + 6 %
+    gpu_bound.launch_ms = 0.5  # a quarter of its call
+    assert resolution(gpu_bound) == pytest.approx(0.03 + 0.06 * 0.25)
+    assert resolution(gpu_bound, host_bound) == pytest.approx(0.09)
+    assert speedup_interval(gpu_bound, host_bound) == ([2 / 1.09, 2 * 1.09], "normal_iqr")
 
 
 def test_bootstrap_interval_by_hand():

@@ -17,6 +17,9 @@ approximation on the log scale: the standard error of a median, 1.2533 * sigma /
 with sigma = IQR / 1.349 (robust to outliers). Fewer than 3 rounds (or calls) on a side:
 no interval, and the sample cannot count as significantly fast.
 
+Every interval is widened by the timing's resolution (`resolution`): 3 %, and up to 9 %
+for a launch-bound call.
+
 `fast_p_sig` counts a sample only when its interval's lower end is above p: a copy of the
 reference (interval around 1.0) never counts in fast_1_sig.
 """
@@ -40,10 +43,24 @@ Z = 1.959964  # two-sided 95 % of a normal
 # is [0.97, 1.03]). Without it, 95 % intervals over a hundred reference copies leave a
 # few above 1.0 by chance alone; with it, a claim of "faster" needs more than 3 %.
 RESOLUTION = 0.03
+# More for a call paced by the host's launches (timing.launch_ms near its time): two
+# processes launch the same model at different speeds, and no round-by-round pairing
+# sees it. Measured on the H100 with both sides pinned to one core (pinning.py), copies
+# of KernelBench level-3 networks came out up to 1.076x (lo up to 1.019 at RESOLUTION
+# alone); unpinned, up to 1.22x. Scaled by the launch share, so GPU-bound calls keep 3 %.
+HOST_RESOLUTION = 0.06
 
 
 def widened(lo: float, hi: float, resolution: float = RESOLUTION) -> list[float]:
     return [lo / (1 + resolution), hi * (1 + resolution)]
+
+
+def resolution(*timings: TimingStats | None) -> float:
+    """RESOLUTION, plus HOST_RESOLUTION times the larger share of a call's time that its
+    host spent launching it (launch_ms / median, at most 1) on either side."""
+    shares = [t.launch_ms / t.median for t in timings
+              if t is not None and t.launch_ms is not None and t.median > 0]
+    return RESOLUTION + HOST_RESOLUTION * min(1.0, max(shares, default=0.0))
 
 
 def _seed(*xs: list[float]) -> int:
@@ -101,7 +118,8 @@ def speedup_interval(base: TimingStats | None,
         return None
     if (base.rounds and cand.rounds and len(base.rounds) >= MIN_ROUNDS
             and len(cand.rounds) >= MIN_ROUNDS and min(base.rounds + cand.rounds) > 0):
-        return widened(*bootstrap_interval(base.rounds, cand.rounds)), "bootstrap_rounds"
+        return (widened(*bootstrap_interval(base.rounds, cand.rounds), resolution(base, cand)),
+                "bootstrap_rounds")
     if base.n >= MIN_ROUNDS and cand.n >= MIN_ROUNDS:
-        return widened(*normal_interval(base, cand)), "normal_iqr"
+        return widened(*normal_interval(base, cand), resolution(base, cand)), "normal_iqr"
     return None

@@ -8,8 +8,8 @@ import math
 import statistics
 
 from kb_eval.eval.child.probes import recheck_count
-from kb_eval.eval.judge.confidence import (paired_interval, paired_speedup, speedup_interval,
-                                           widened)
+from kb_eval.eval.judge.confidence import (paired_interval, paired_speedup, resolution,
+                                           speedup_interval, widened)
 from kb_eval.eval.judge.correctness import info_from_diffs, tolerances
 from kb_eval.eval.judge.guards import dedupe, judge
 from kb_eval.eval.judge.references import ReferenceRun
@@ -142,7 +142,8 @@ def _use_pairing(record: SampleRecord, paired: dict | None, live: bool) -> None:
     ref = TimingStats.of([ms for r in rounds for ms in r]).model_copy(
         update={"rounds": [statistics.median(r) for r in rounds],
                 "launch_ms": paired.get("launch_ms")})
-    record.speedup_ci = widened(*paired_interval(ref.rounds, cand))
+    record.speedup_ci = widened(*paired_interval(ref.rounds, cand),
+                                resolution(ref, record.timing))
     record.speedup_ci_method = "paired_rounds" if live else "paired_live_rounds"
     if live:
         record.baseline = ref  # still "live": the method names the pairing
