@@ -5,7 +5,9 @@
                         how many copies' speedups lie in [0.97, 1.03], how many intervals
                         hold 1.0, how many would count in fast_1_sig (lo > 1), by method.
   drift A.json B.json   two `python -m kb_eval.baseline --output` passes: |dmean|/mean
-                        and |dmedian|/median per problem, p50 / p90 / max.
+                        and |dmedian|/median per problem, p50 / p90 / max, and the
+                        problems that moved most with their launch share and what the
+                        GPU did in each pass (SM clock before/after, slowdowns).
 """
 
 from __future__ import annotations
@@ -33,13 +35,25 @@ def copies(path: Path) -> dict:
             "methods": dict(Counter(r.get("speedup_ci_method") for r in rows))}
 
 
-def _stats(path: Path) -> dict:
+def _records(path: Path) -> dict:
     records = json.loads(path.read_text()).get("records", {})
-    return {k: r["timing"] for k, r in records.items() if r.get("timing")}
+    return {k: r for k, r in records.items() if r.get("timing")}
 
 
-def drift(a: Path, b: Path) -> dict:
-    sa, sb = _stats(a), _stats(b)
+def _pass_detail(record: dict) -> dict:
+    """One pass of a problem: median, launch share, SM clock before -> after, slowdowns."""
+    t, gpu = record["timing"], record.get("gpu") or {}
+    before, after = gpu.get("before") or {}, gpu.get("after") or {}
+    share = (t.get("launch_ms") or 0) / t["median"] if t["median"] else None
+    return {"median": round(t["median"], 4), "launch_share": share and round(share, 2),
+            "sm_mhz": [before.get("sm_mhz"), after.get("sm_mhz")],
+            "temp_c": [before.get("temp_c"), after.get("temp_c")],
+            "slowdowns": sorted(set(before.get("slowdowns", []) + after.get("slowdowns", [])))}
+
+
+def drift(a: Path, b: Path, worst: int = 10) -> dict:
+    ra, rb = _records(a), _records(b)
+    sa, sb = ({k: r["timing"] for k, r in x.items()} for x in (ra, rb))
     keys = sorted(set(sa) & set(sb))
     out = {"problems": len(keys)}
     for stat in ("mean", "median"):
@@ -49,6 +63,11 @@ def drift(a: Path, b: Path) -> dict:
                          "p90_pct": round(float(np.percentile(d, 90)), 3),
                          "max_pct": round(float(d.max()), 3),
                          "worst": keys[int(d.argmax())]}
+    moved = sorted(keys, key=lambda k: -abs(sa[k]["median"] - sb[k]["median"]) / sa[k]["median"])
+    out["moved_most"] = {k: {"median_shift_pct": round(100 * abs(sa[k]["median"] - sb[k]["median"])
+                                                       / sa[k]["median"], 2),
+                             "a": _pass_detail(ra[k]), "b": _pass_detail(rb[k])}
+                         for k in moved[:worst]}
     return out
 
 

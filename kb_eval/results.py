@@ -147,6 +147,10 @@ class BaselineRecord(BaseModel):
     peak_mem_bytes: int | None = None
     # A compiled baseline's build (TVM: target, arch, arch_source, tune_trials)
     compiler: dict | None = None
+    # The GPU before and after the timed calls (kb_eval/gpu_state.py: SM clock, temperature,
+    # power, slowdowns), and the CPU core the calls were launched from; None on a CPU.
+    gpu: dict | None = None
+    core: int | None = None
 
 
 class BaselineFile(FileHeader):

@@ -56,6 +56,7 @@ def test_baseline_records_crash_continues_and_resumes(tmp_path):
     for key in ("local-probs/level1/1", "local-probs/level1/3"):
         t = recs[key]["timing"]
         assert recs[key]["status"] == "ok" and t["n"] == 5 and 0 < t["min"] <= t["median"] <= t["max"]
+        assert recs[key]["core"] is None and recs[key]["gpu"] is None  # pinned on a GPU only
 
     # --resume: nothing new to time, the file is unchanged.
     before = out.read_text()

@@ -3,6 +3,7 @@ are seen."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -83,3 +84,33 @@ def test_launch_time_tells_a_launch_bound_call_from_a_gpu_bound_one():
     host = time_callable(launch_bound, SETTINGS, "cuda")
     assert gpu.launch_ms is not None and gpu.launch_ms < 0.2 * gpu.median, gpu
     assert host.launch_ms is not None and host.launch_ms > 0.8 * host.median, host
+
+
+def test_baseline_launches_from_the_pairing_core_and_records_the_gpu_state(tmp_path):
+    """A baseline's timed calls are launched from the core the eval's pairing uses for the
+    GPU (a launch-bound reference is timed at one host speed), and the record says what
+    the GPU did meanwhile (clock, temperature, slowdowns) when NVML can be read."""
+    from kb_eval.eval.schedule import pinning
+
+    level = tmp_path / "probs" / "level1"
+    level.mkdir(parents=True)
+    (level / "1_relu.py").write_text(
+        "import torch\nclass Model(torch.nn.Module):\n"
+        "    def forward(self, x):\n        return torch.relu(x)\n"
+        "def get_inputs():\n    return [torch.randn(4096, 4096)]\n"
+        "def get_init_inputs():\n    return []\n")
+    out = tmp_path / "b.json"
+    r = subprocess.run([sys.executable, "-m", "kb_eval.baseline", "--quiet", "--source",
+                        str(tmp_path / "probs"), "--trials", "20", "--output", str(out)],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    record = json.loads(out.read_text())["records"]["local-probs/level1/1"]
+    assert record["status"] == "ok"
+    assert record["core"] == pinning.timing_core("0")
+    try:
+        import pynvml  # noqa: F401
+    except ImportError:
+        pytest.skip("nvidia-ml-py is not installed: no GPU state to check")
+    before, after = record["gpu"]["before"], record["gpu"]["after"]
+    assert before["sm_mhz"] > 0 and after["sm_mhz"] > 0 and after["temp_c"] > 0
+    assert isinstance(after["slowdowns"], list)

@@ -14,6 +14,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from kb_eval.errors import UserError
+from kb_eval.eval.schedule import pinning
 from kb_eval.isolation import run_isolated
 from kb_eval.problems import Problem
 from kb_eval.results import (BaselineFile, BaselineRecord, HardwareInfo, Producer,
@@ -111,21 +112,33 @@ def _open_file(path: Path, job: BaselineJob, hardware: HardwareInfo) -> Baseline
     return old
 
 
+def _timing_core(job: BaselineJob, gpu: int | None) -> int | None:
+    """On a GPU the timed calls are launched from the core the eval's paired timing uses
+    for this device (pinning.py): a launch-bound reference is timed at the same host
+    speed in every pass and in the eval."""
+    if job.device == "cpu" or not pinning.enabled():
+        return None
+    return pinning.timing_core(str(gpu if gpu is not None else 0))
+
+
 def _time_one(problem: Problem, job: BaselineJob, secret: int, gpu: int | None,
               tmp: Path) -> BaselineRecord:
     env = {**TIMED_PROCESS_ENV,
            "CUDA_VISIBLE_DEVICES": "" if job.device == "cpu" else str(gpu if gpu is not None else 0)}
     payload = {"code": problem.code, "precision": job.precision, "mode": job.mode,
                "timing": job.timing.model_dump(), "secret": secret,
-               "device": "cpu" if job.device == "cpu" else "cuda:0"}
+               "device": "cpu" if job.device == "cpu" else "cuda:0",
+               "core": _timing_core(job, gpu)}
     workdir = tmp / f"{problem.slug}_{os.getpid()}_{gpu}"
     outcome = run_isolated(TASK, payload, workdir=workdir, timeout_s=job.timeout_s,
                            mem_limit_mb=job.mem_limit_mb, env=env, prewarm=True)
     base = dict(key=problem.key, source=problem.source, level=problem.level,
                 problem_id=problem.problem_id, name=problem.name, wall_s=outcome.wall_s)
     if outcome.ok:
-        return BaselineRecord(**base, status="ok", timing=outcome.result["timing"],
-                              peak_mem_bytes=outcome.result.get("peak_mem_bytes"),
-                              compiler=outcome.result.get("compiler"))
+        result = outcome.result
+        return BaselineRecord(**base, status="ok", timing=result["timing"],
+                              peak_mem_bytes=result.get("peak_mem_bytes"),
+                              compiler=result.get("compiler"), gpu=result.get("gpu"),
+                              core=result.get("core"))
     return BaselineRecord(**base, status=outcome.status, error=outcome.describe(),
                           output_tail=outcome.output_tail[-2000:] or None)

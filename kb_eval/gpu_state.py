@@ -1,0 +1,49 @@
+"""What the GPU was doing around a timing: clocks, temperature, power and why it held its
+clocks back (NVML, through the `nvidia-ml-py` package).
+
+Two timings of the same kernel differ when the GPU ran at different clocks: an idle GPU
+ramps up, a hot one or one at its power limit slows down. The figures say which, so a
+drift between two baseline passes can be told from a fault of the timing.
+"""
+
+from __future__ import annotations
+
+import torch
+
+# NVML's "clocks event reasons" that mean the GPU ran slower than it could (idle and the
+# application clock setting are not slowdowns of a running kernel).
+SLOWDOWNS = {
+    "sw_power_cap": "nvmlClocksEventReasonSwPowerCap",
+    "hw_slowdown": "nvmlClocksEventReasonHwSlowdown",
+    "sync_boost": "nvmlClocksEventReasonSyncBoost",
+    "sw_thermal": "nvmlClocksEventReasonSwThermalSlowdown",
+    "hw_thermal": "nvmlClocksEventReasonHwThermalSlowdown",
+    "hw_power_brake": "nvmlClocksEventReasonHwPowerBrakeSlowdown",
+}
+
+
+def snapshot(device: torch.device) -> dict | None:
+    """SM clock (MHz), temperature (C), power (W) and the active slowdowns of `device`;
+    None on a CPU, without NVML or when it cannot be read (never fails a timing)."""
+    if device.type != "cuda":
+        return None
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByUUID(_uuid(device))
+        reasons = pynvml.nvmlDeviceGetCurrentClocksEventReasons(handle)
+        return {
+            "sm_mhz": pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
+            "temp_c": pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU),
+            "power_w": round(pynvml.nvmlDeviceGetPowerUsage(handle) / 1000, 1),
+            "slowdowns": [name for name, bit in SLOWDOWNS.items()
+                          if reasons & getattr(pynvml, bit)],
+        }
+    except Exception:  # noqa: BLE001 - no NVML library, an old driver, a MIG slice
+        return None
+
+
+def _uuid(device: torch.device) -> str:
+    """NVML numbers GPUs physically, torch after CUDA_VISIBLE_DEVICES: match by UUID."""
+    uuid = str(torch.cuda.get_device_properties(device).uuid)
+    return uuid if uuid.startswith("GPU-") else f"GPU-{uuid}"
