@@ -315,3 +315,34 @@ def test_outside_work_names_the_threads_alive():
     assert flag.code == "work_outside_call" and float(alive.split(": ")[1].split()[0]) >= 40
     assert outside_work({**report, "outside_ms": 0.0}) == []
 
+
+
+def test_a_timed_call_waits_for_the_candidates_busy_thread_and_counts_the_wait():
+    """drain: a call is not over while a thread the candidate started still uses CPU; the
+    wait is counted (a copy of the reference should show none: the child's `drain` step)."""
+    import threading
+
+    from kb_eval.eval.child.threads import Ledger
+
+    ledger = Ledger(torch.device("cpu"))
+    ledger.call_starts()
+    ledger.call_ended()
+    ledger.drain()
+    assert ledger.drain_ns == 0  # no thread of the candidate's: nothing waited
+    busy = threading.Event()
+
+    def burn():
+        busy.set()
+        end = time.thread_time() + 0.1
+        while time.thread_time() < end:
+            pass
+
+    worker = threading.Thread(target=burn)
+    worker.start()
+    busy.wait()
+    ledger.call_ended()  # the thread exists at the call's end: drain is armed
+    t0 = time.perf_counter()
+    ledger.drain()
+    waited = time.perf_counter() - t0
+    worker.join()
+    assert waited >= 0.05 and ledger.drain_ns >= 0.05e9, (waited, ledger.drain_ns)

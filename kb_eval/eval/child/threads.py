@@ -69,6 +69,7 @@ class Ledger:
         self.outside_ns = 0
         self.timed_ns = 0
         self.busy_calls = 0
+        self.drain_ns = 0  # time timed calls spent waiting for the candidate's threads
         self.active = False  # the candidate had threads at the last call's end
         self._mark: tuple[int, int, int] | None = None
         self._t0 = 0
@@ -108,13 +109,16 @@ class Ledger:
         """Inside the timed region: wait while the candidate's threads still use CPU."""
         if not self.active:
             return
-        end = clocks.perf_counter() + DRAIN_MAX_S
-        while clocks.perf_counter() < end:
-            theirs = _tids() - self.ours
-            before = sum(map(thread_cpu_ns, theirs))
-            clocks.sleep(POLL_S)
-            if sum(map(thread_cpu_ns, theirs)) - before < QUIET_NS:
-                return
+        t0 = clocks.perf_counter()
+        try:
+            while clocks.perf_counter() < t0 + DRAIN_MAX_S:
+                theirs = _tids() - self.ours
+                before = sum(map(thread_cpu_ns, theirs))
+                clocks.sleep(POLL_S)
+                if sum(map(thread_cpu_ns, theirs)) - before < QUIET_NS:
+                    return
+        finally:
+            self.drain_ns += int((clocks.perf_counter() - t0) * 1e9)
 
     def report(self) -> dict:
         clocks.sleep(0.02)  # a thread that waits before working after the last call

@@ -220,6 +220,9 @@ def _timing_step(model, module, payload: dict, workdir: Path, device: torch.devi
         return {**failure("runtime_error", "timing", e), "seen": seen}
     result["saved"] = list(seen)
     steps.lap("timing")
+    # Of that, the time timed calls waited for the candidate's threads (threads.py): on a
+    # copy of the reference, anything but 0 is our own threads mistaken for its.
+    steps.seconds["drain"] = round(watch.ledger.drain_ns / 1e9, 4)
     mark(workdir, "wait")
     lock.acquire("shared")  # back to untimed work
     return None
