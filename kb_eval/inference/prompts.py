@@ -59,13 +59,15 @@ class TurnResult(BaseModel):
     outcome: str
     message: str = ""
     log: str = ""
+    # A mismatch: the largest differences, and how many correctness trials failed
     max_abs_diff: float | None = None
     max_rel_diff: float | None = None
-    trials_failed: int | None = None
+    trials_failed: int | None = None  # of `trials`
     trials: int | None = None
+    # A correct answer: milliseconds per call, the candidate's and the reference's
     candidate_ms: float | None = None
     baseline_ms: float | None = None
-    speedup: float | None = None
+    speedup: float | None = None  # baseline_ms / candidate_ms when not given
 
 
 @lru_cache(maxsize=None)

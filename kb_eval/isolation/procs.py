@@ -32,20 +32,23 @@ class Registry:
         self.kept: set[int] = set()
 
     def keep(self, pid: int) -> None:
-        with self.lock:
-            self.kept.add(pid)
+        """Keep a zygote's pid (forkserver.py) out of the reapers' reach."""
+        self._update(self.kept.add, pid)
 
     def unkeep(self, pid: int) -> None:
-        with self.lock:
-            self.kept.discard(pid)
+        """Stop keeping a pid: its zygote has been ended (ForkServer.close)."""
+        self._update(self.kept.discard, pid)
 
     def add(self, child: Child) -> None:
-        with self.lock:
-            self.children.add(child)
+        self._update(self.children.add, child)
 
     def discard(self, child: Child) -> None:
+        self._update(self.children.discard, child)
+
+    def _update(self, change, item) -> None:
+        """One change to a set, under the lock that readers iterate it under."""
         with self.lock:
-            self.children.discard(child)
+            change(item)
 
     def pids(self) -> set[int]:
         with self.lock:

@@ -39,6 +39,27 @@ def parser(defaults) -> Parser:
                            "trace.json}.")
     add_selection_flags(p, defaults.source)
     add_precision_flag(p, defaults.precision)
+    _add_candidate_flags(p, defaults)
+    _add_bert_flags(p)
+    p.add_argument("--device", choices=["cuda", "cpu"], default=None,
+                   help="where to profile (default: cuda if a GPU is visible, else cpu)")
+    add_count_flag(p, "--steps", "forwards recorded; figures are per forward", 5, 2)
+    add_count_flag(p, "--warmup", "forwards before recording", 3, 1)
+    p.add_argument("--out", default="results/profile",
+                   help="folder for the per-configuration outputs (default: results/profile)")
+    p.add_argument("--timeout", type=float, default=defaults.build_timeout_s,
+                   help=f"seconds per configuration, a solution's build included "
+                        f"(default: {defaults.build_timeout_s:g})")
+    p.add_argument("--cache-dir", default=str(defaults.cache_dir),
+                   help=f"where solutions' C++/CUDA builds are kept "
+                        f"(default: {defaults.cache_dir})")
+    add_quiet_flag(p)
+    return p
+
+
+def _add_candidate_flags(p: Parser, defaults) -> None:
+    """The candidate profiled (a file, or a model's answer in a run), and whether the
+    reference is profiled beside it."""
     p.add_argument("--solution", metavar="FILE", default=None,
                    help="profile this candidate file (class ModelNew) for the one selected "
                         "problem, with the reference's weights")
@@ -57,6 +78,10 @@ def parser(defaults) -> Parser:
                    help="with --solution or --model/--run: profile the reference too and write "
                         "<out>/<label>_compare/compare.{json,md}: per-category time and "
                         "launches side by side")
+
+
+def _add_bert_flags(p: Parser) -> None:
+    """The BERT-base encoder profiled instead of problems, and its shapes."""
     p.add_argument("--bert", action="store_true",
                    help="profile a BERT-base encoder at every --batch-sizes x --seq-lens "
                         "instead of problems")
@@ -69,20 +94,6 @@ def parser(defaults) -> Parser:
                    help="with --bert: batch sizes (default: 1 8 16)")
     p.add_argument("--seq-lens", type=int, nargs="+", default=[128, 512], metavar="S",
                    help="with --bert: sequence lengths (default: 128 512)")
-    p.add_argument("--device", choices=["cuda", "cpu"], default=None,
-                   help="where to profile (default: cuda if a GPU is visible, else cpu)")
-    add_count_flag(p, "--steps", "forwards recorded; figures are per forward", 5, 2)
-    add_count_flag(p, "--warmup", "forwards before recording", 3, 1)
-    p.add_argument("--out", default="results/profile",
-                   help="folder for the per-configuration outputs (default: results/profile)")
-    p.add_argument("--timeout", type=float, default=defaults.build_timeout_s,
-                   help=f"seconds per configuration, a solution's build included "
-                        f"(default: {defaults.build_timeout_s:g})")
-    p.add_argument("--cache-dir", default=str(defaults.cache_dir),
-                   help=f"where solutions' C++/CUDA builds are kept "
-                        f"(default: {defaults.cache_dir})")
-    add_quiet_flag(p)
-    return p
 
 
 def check_args(args) -> None:

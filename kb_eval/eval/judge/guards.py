@@ -6,31 +6,31 @@ are in `rules`, the static checks in `static`.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from kb_eval.results import Flag
 
 
 def judge(candidate_seen: dict[str, dict], reference_seen: dict[str, dict]) -> list[Flag]:
     """Flags for behaviour the candidate shows and the reference does not (per label)."""
-    flags: list[Flag] = []
-    for label, seen in candidate_seen.items():
-        ref = reference_seen.get(label, {})
-        if seen.get("aliased") and not ref.get("aliased"):
-            flags.append(Flag(code="output_aliases_input", severity="error",
-                              message=f"{label}: output(s) {seen['aliased']} share memory "
-                                      f"with an input"))
-        if "devices" in ref and seen.get("devices", ref["devices"]) != ref["devices"]:
-            flags.append(Flag(code="output_device", severity="error",
-                              message=f"{label}: outputs on {seen['devices']}, the reference's "
-                                      f"on {ref['devices']}"))
-        if seen.get("mutated") and not ref.get("mutated"):
-            flags.append(Flag(code="input_mutated", severity="error",
-                              message=f"{label}: input(s) {seen['mutated']} were modified "
-                                      f"by the call"))
-        if seen.get("unsettled"):
-            flags.append(Flag(code="output_changed_after_return", severity="error",
-                              message=f"{label}: the output was still being written after "
-                                      f"the call returned (work hidden from the timer)"))
+    flags = [Flag(code=code, severity="error", message=f"{label}: {message}")
+             for label, seen in candidate_seen.items()
+             for code, message in _unlike_reference(seen, reference_seen.get(label, {}))]
     return dedupe(flags)
+
+
+def _unlike_reference(seen: dict, ref: dict) -> Iterator[tuple[str, str]]:
+    """(code, message) for each thing one call of the candidate did that the reference's
+    call with the same label did not."""
+    if seen.get("aliased") and not ref.get("aliased"):
+        yield "output_aliases_input", f"output(s) {seen['aliased']} share memory with an input"
+    if "devices" in ref and seen.get("devices", ref["devices"]) != ref["devices"]:
+        yield "output_device", f"outputs on {seen['devices']}, the reference's on {ref['devices']}"
+    if seen.get("mutated") and not ref.get("mutated"):
+        yield "input_mutated", f"input(s) {seen['mutated']} were modified by the call"
+    if seen.get("unsettled"):
+        yield ("output_changed_after_return", "the output was still being written after the "
+               "call returned (work hidden from the timer)")
 
 
 def dedupe(flags: list[Flag]) -> list[Flag]:

@@ -191,9 +191,9 @@ def build_candidate(payload: dict, workdir: Path) -> dict:
 @dataclass
 class BuildOutcome:
     info: BuildInfo
-    extensions_dir: str
-    error: str | None = None
-    detail: str | None = None
+    extensions_dir: str  # the build's TORCH_EXTENSIONS_DIR, where the run child loads it
+    error: str | None = None  # one line
+    detail: str | None = None  # the compiler's output or the build child's output tail
     crash: CrashInfo | None = None
     # Set when the build failed for a reason of ours (toolchain, precompiled header, our
     # cache's files, a kill or a timeout while a PCH was being made), even after a retry

@@ -36,19 +36,16 @@ torch::Tensor bias_relu(torch::Tensor x, torch::Tensor bias) {
 }
 """
 
-bias_relu_ext = load_inline(
-    name="kb_example_bias_relu_cpp",
-    cpp_sources=cpp_source,
-    functions=["bias_relu"],
-    extra_cflags=["-O3", "-march=native"],
-    verbose=False,
-)
+bias_relu_ext = load_inline(name="kb_example_bias_relu_cpp", cpp_sources=cpp_source,
+                            functions=["bias_relu"], extra_cflags=["-O3", "-march=native"])
 
 
 class ModelNew(nn.Module):
+    """Keeps Model's parameter (same name and shape), so Model's weights load into it."""
+
     def __init__(self, features: int):
         super().__init__()
-        self.bias = nn.Parameter(torch.randn(features))  # same name and shape as Model's
+        self.bias = nn.Parameter(torch.randn(features))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return bias_relu_ext.bias_relu(x, self.bias)

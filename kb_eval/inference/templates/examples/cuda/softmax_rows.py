@@ -79,15 +79,12 @@ torch::Tensor softmax_rows(torch::Tensor x) {
 }
 """
 
-cpp_source = "torch::Tensor softmax_rows(torch::Tensor x);"
-
 softmax_ext = load_inline(
     name="kb_example_softmax_rows_cuda",
-    cpp_sources=cpp_source,
+    cpp_sources="torch::Tensor softmax_rows(torch::Tensor x);",
     cuda_sources=cuda_source,
     functions=["softmax_rows"],
     extra_cuda_cflags=["-O3"],
-    verbose=False,
 )
 
 
