@@ -65,6 +65,16 @@ class TimingStats(BaseModel):
     # the host's speed at launching kernels, not the GPU's). None on a CPU.
     launch_ms: float | None = None
 
+    @property
+    def launch_share(self) -> float | None:
+        """The share of a call's time its host spent launching it (at most 1): near 1, the
+        time is the host's (on the H100, a cuDNN transposed convolution of KernelBench
+        level 1 launched 1,891 kernels per call and timed 11.5 ms in one process, 16.6 ms
+        in the next, both launching from one core)."""
+        if self.launch_ms is None or self.median <= 0:
+            return None
+        return min(1.0, self.launch_ms / self.median)
+
     @classmethod
     def of(cls, samples_ms: Sequence[float]) -> "TimingStats":
         xs = sorted(samples_ms)

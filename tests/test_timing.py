@@ -52,3 +52,11 @@ def test_timers_keep_the_real_clock_when_a_candidate_replaces_it(monkeypatch):
     monkeypatch.setattr(time_module, "perf_counter_ns", lambda: 0)
     ms, _ = _CpuTimer().time_one(lambda: time_module.sleep(0.005), ())
     assert 4.0 < ms < 500.0, ms
+
+
+def test_launch_share_is_the_hosts_part_of_a_call_capped_at_one():
+    stats = TimingStats.of([2.0, 2.0, 2.0])
+    assert stats.launch_share is None  # a CPU timing has no launch time
+    assert stats.model_copy(update={"launch_ms": 0.5}).launch_share == 0.25
+    # the host's clock and the GPU's events differ a little: never more than the call
+    assert stats.model_copy(update={"launch_ms": 2.04}).launch_share == 1.0

@@ -111,6 +111,9 @@ def _parse_gpus(spec: str | None) -> list[int]:
     return gpus
 
 
+HOST_PACED = 0.9  # launch share from which a time is the host's (TimingStats.launch_share)
+
+
 def _print_summary(path, data, keys: list[str]) -> None:
     """A table of what was timed (median, peak memory, or the error), then the file."""
     records = [data.records[k] for k in keys if k in data.records]
@@ -127,6 +130,12 @@ def _print_summary(path, data, keys: list[str]) -> None:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
     print(f"{len(ok)}/{len(records)} timed on {data.hardware.name} ({data.precision}, "
           f"{data.mode}) -> {path}")
+    paced = [r.key for r in ok if r.timing and (r.timing.launch_share or 0) >= HOST_PACED]
+    if paced:
+        print(f"note: {len(paced)} problem(s) spent {HOST_PACED:.0%} or more of each call "
+              f"launching kernels: their times are the host CPU's pace as much as the GPU's "
+              f"and may differ between runs by more than the rest: {', '.join(paced[:8])}"
+              + (" ..." if len(paced) > 8 else ""))
 
 
 def _mem(n: int | None) -> str:
