@@ -80,3 +80,10 @@ def test_without_a_core_nothing_is_pinned(tmp_path):
     finally:
         server.kill()
         child.kill()
+
+
+def test_only_gpu_timings_get_a_core_and_the_switch_turns_it_off(monkeypatch):
+    assert pinning.core_for("cpu") is None and pinning.core_for("cpu:1") is None
+    assert pinning.core_for("0") == pinning.timing_core("0") == CORES[-1]
+    monkeypatch.setenv(pinning.SWITCH_VAR, "0")
+    assert pinning.core_for("0") is None

@@ -112,23 +112,16 @@ def _open_file(path: Path, job: BaselineJob, hardware: HardwareInfo) -> Baseline
     return old
 
 
-def _timing_core(job: BaselineJob, gpu: int | None) -> int | None:
-    """On a GPU the timed calls are launched from the core the eval's paired timing uses
-    for this device (pinning.py): a launch-bound reference is timed at the same host
-    speed in every pass and in the eval."""
-    if job.device == "cpu" or not pinning.enabled():
-        return None
-    return pinning.timing_core(str(gpu if gpu is not None else 0))
-
-
 def _time_one(problem: Problem, job: BaselineJob, secret: int, gpu: int | None,
               tmp: Path) -> BaselineRecord:
-    env = {**TIMED_PROCESS_ENV,
-           "CUDA_VISIBLE_DEVICES": "" if job.device == "cpu" else str(gpu if gpu is not None else 0)}
+    device = "cpu" if job.device == "cpu" else str(gpu if gpu is not None else 0)
+    env = {**TIMED_PROCESS_ENV, "CUDA_VISIBLE_DEVICES": "" if device == "cpu" else device}
     payload = {"code": problem.code, "precision": job.precision, "mode": job.mode,
                "timing": job.timing.model_dump(), "secret": secret,
                "device": "cpu" if job.device == "cpu" else "cuda:0",
-               "core": _timing_core(job, gpu)}
+               # launched from the core the eval's pairing uses for this GPU: a launch-
+               # bound reference is timed at the same host speed in every pass and eval
+               "core": pinning.core_for(device)}
     workdir = tmp / f"{problem.slug}_{os.getpid()}_{gpu}"
     outcome = run_isolated(TASK, payload, workdir=workdir, timeout_s=job.timeout_s,
                            mem_limit_mb=job.mem_limit_mb, env=env, prewarm=True)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import torch
 
 from kb_eval import gpu_state
 from kb_eval.compilers.tvm import baseline_callable as tvm_callable, is_tvm_mode
+from kb_eval.eval.schedule import pinning
 from kb_eval.harness import (compile_model, load_problem, pick_device, reference_model,
                              time_model)
 from kb_eval.timing import TimingSettings
@@ -29,13 +29,14 @@ def time_reference(payload: dict, workdir: Path) -> dict:
     elif mode != "eager":
         model = compile_model(model, mode.removeprefix("compile-"))
     settings = TimingSettings.model_validate(payload["timing"])
-    if payload.get("core") is not None:
-        os.sched_setaffinity(0, {payload["core"]})  # this (launching) thread only
+    core = payload.get("core")
+    if core is not None and pinning.pin(0, core) is None:  # this (launching) thread only
+        core = None
     before = gpu_state.snapshot(device)
     stats = time_model(model, module, payload["secret"], precision, device, settings)
     gpu = {"before": before, "after": gpu_state.snapshot(device)} if before else None
     return {"timing": stats.model_dump(), "peak_mem_bytes": _peak(device),
-            "compiler": compiler, "gpu": gpu, "core": payload.get("core")}
+            "compiler": compiler, "gpu": gpu, "core": core}
 
 
 def _peak(device: torch.device) -> int | None:

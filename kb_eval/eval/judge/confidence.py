@@ -58,8 +58,8 @@ def widened(lo: float, hi: float, resolution: float = RESOLUTION) -> list[float]
 def resolution(*timings: TimingStats | None) -> float:
     """RESOLUTION, plus HOST_RESOLUTION times the larger share of a call's time that its
     host spent launching it (launch_ms / median, at most 1) on either side."""
-    shares = [t.launch_share for t in timings if t is not None]
-    return RESOLUTION + HOST_RESOLUTION * max((s for s in shares if s is not None), default=0.0)
+    shares = [t.launch_share for t in timings if t is not None and t.launch_share is not None]
+    return RESOLUTION + HOST_RESOLUTION * max(shares, default=0.0)
 
 
 def _seed(*xs: list[float]) -> int:

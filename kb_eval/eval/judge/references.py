@@ -235,7 +235,7 @@ class ReferenceStore:
 
     def server_pids(self) -> set[int]:
         """The servers' processes: never stopped by a paired timing."""
-        return {s.child.proc.pid for s in self.servers.values() if s.child is not None}
+        return {pid for device in self.servers if (pid := self.server_pid(device)) is not None}
 
     def _call(self, device: str, payload: dict) -> ChildOutcome:
         """One server call, under the device's timing lock (kb_eval/devlock.py): alone

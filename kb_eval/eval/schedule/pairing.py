@@ -26,7 +26,6 @@ import threading
 from pathlib import Path
 
 from kb_eval.eval.schedule import pinning
-from kb_eval.eval.schedule.context import is_cpu
 from kb_eval.timing import kept, paired_rounds
 
 POLL_S = 0.002
@@ -134,10 +133,9 @@ def start_pairing(ctx, refs, problem, device: str, run_dir: Path,
     shutil.rmtree(folder, ignore_errors=True)  # a retry's child starts afresh
     payload["paired"] = {"dir": str(folder)}
     settings = ctx.config.timing
-    core = pinning.timing_core(device) if pinning.enabled() and not is_cpu(device) else None
     pairing = Pairing(lambda r: refs.time_round(
         problem, device, r, len(kept(settings, r, list(rounds[r])))), folder, len(rounds),
-        refs.server_pids(), core, lambda: refs.server_pid(device))
+        refs.server_pids(), pinning.core_for(device), lambda: refs.server_pid(device))
     pairing.start()
     return pairing
 

@@ -22,6 +22,14 @@ def enabled() -> bool:
     return os.environ.get(SWITCH_VAR, "1") != "0"
 
 
+def core_for(device: str) -> int | None:
+    """The core `device`'s timed calls launch from; None on a CPU (the timed work is the
+    calls themselves, on every core) or when switched off."""
+    if device.startswith("cpu") or not enabled():
+        return None
+    return timing_core(device)
+
+
 def timing_core(device: str) -> int | None:
     """The core for `device`'s timing steps: counted from the last core this process may
     use (the first cores take interrupts and the parent's own work more often), one per
