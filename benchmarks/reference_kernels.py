@@ -12,7 +12,8 @@ problems our GEMM as % of cuBLAS at the same precision (fp32: TF32 off, the fair
 TF32 on, for information). Solutions build first, in parallel child processes.
 
     python benchmarks/reference_kernels.py [--problems bert/level2/1,bert/level2/2]
-        [--precisions fp32,bf16] [--warmup 10] [--trials 50] [--rounds 3] [--no-compile] [--out DIR]
+        [--precisions fp32,bf16] [--warmup 10] [--trials 50] [--rounds 3] [--no-compile] [--no-pin]
+        [--out DIR]
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ sys.path.insert(0, str(REPO))
 
 from kb_eval.inputs import (TOLERANCES, build_model, make_init_inputs, make_inputs,  # noqa: E402
                             precision_dtype, set_precision_flags)
+from kb_eval.eval.schedule import pinning  # noqa: E402
 from kb_eval.problems import load_folder, load_module, load_problems  # noqa: E402
 from kb_eval.solutions import files_of  # noqa: E402
 from kb_eval.timing import TimingSettings, time_callable  # noqa: E402
@@ -237,6 +239,9 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds per callable")
     p.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     p.add_argument("--out", default="", help="folder for results.json and table.txt")
+    p.add_argument("--no-pin", action="store_true",
+                   help="leave the timing thread unpinned (default: pinned to one core after the builds, "
+                        "as the eval pins its timing steps: these forwards are paced by the host)")
     args = p.parse_args()
     if not torch.cuda.is_available():
         sys.exit("reference_kernels.py needs a CUDA GPU")
@@ -252,6 +257,9 @@ def main() -> None:
     for n, e in build_errors.items():
         if e:
             print(f"--- build of {n} failed:\n{e}", flush=True)
+    core = None if args.no_pin else pinning.timing_core("0")
+    if core is not None and pinning.pin(0, core) is not None:
+        print(f"  timing from core {core}", flush=True)
     rows = []
     for key in wanted:
         for precision in args.precisions.split(","):

@@ -1,6 +1,6 @@
 """Every hand-written CUDA solution (reference_kernels/solutions/cuda: the indexed files and
 their `__variant` files) against its reference problem: 5 trials, each with fresh random
-inputs, at fp32 (atol = rtol = 1e-4, TF32 off in the reference) and bf16 (2e-2), the
+inputs, at fp32 (atol = rtol = 1e-4, TF32 off in the reference), bf16 (2e-2) and fp16 (1e-2), the
 evaluator's rule |out - ref| <= atol + rtol |ref|, no NaN/Inf, every element written."""
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def test_index_names_existing_files():
             assert (SOLUTIONS / name).is_file(), f"{key}: {name} missing"
 
 
-@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
 @pytest.mark.parametrize("key,name", CASES, ids=[f"{k}:{n}" for k, n in CASES])
 def test_solution_matches_reference(key, name, precision):
     problem = _problems().get(key)

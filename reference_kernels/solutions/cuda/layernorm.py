@@ -1,6 +1,6 @@
 """BERT LayerNorm(768): one warp per row, the row in registers (16-byte loads/stores),
-two-pass statistics (mean, then mean squared deviation) by warp shuffles; fp32 and bf16
-(fp32 math, bf16 output). Other widths and dtypes fall back to PyTorch.
+two-pass statistics (mean, then mean squared deviation) by warp shuffles; fp32, bf16 and
+fp16 (fp32 math, output in the input's type). Other widths and dtypes fall back to PyTorch.
 """
 
 import torch
@@ -11,12 +11,14 @@ from torch.utils.cpp_extension import load_inline
 CUDA_SRC = r"""
 // ---- BEGIN generated from _parts/layernorm_epilogue.cuh: edit there, then run reference_kernels/generate.py ----
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 
 // One warp per 768-wide row, everything in registers: v = act(y + b) + residual (each part
 // optional), then a two-pass LayerNorm (mean, then mean squared deviation) by warp shuffles.
-// 16-byte loads and stores; bf16 rounds where eager PyTorch rounds (each op's output).
+// 16-byte loads and stores; bf16 / fp16 round where eager PyTorch rounds (each op's output).
+// out may be y (in place): a warp reads its whole row before it writes any of it.
 namespace kbr {
 constexpr int HIDDEN = 768, WARPS = 8;
 
@@ -52,6 +54,26 @@ template <> struct Vec<__nv_bfloat16> {
   }
   static __device__ __forceinline__ float round(float v) { return __bfloat162float(__float2bfloat16(v)); }
 };
+template <> struct Vec<__half> {
+  static constexpr int N = 8;
+  static __device__ __forceinline__ void load(const __half* p, float* v) {
+    const uint4 q = *reinterpret_cast<const uint4*>(p);
+    const __half2* h = reinterpret_cast<const __half2*>(&q);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 f = __half22float2(h[i]);
+      v[2 * i] = f.x; v[2 * i + 1] = f.y;
+    }
+  }
+  static __device__ __forceinline__ void store(__half* p, const float* v) {
+    uint4 q;
+    __half2* h = reinterpret_cast<__half2*>(&q);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) h[i] = __floats2half2_rn(v[2 * i], v[2 * i + 1]);
+    *reinterpret_cast<uint4*>(p) = q;
+  }
+  static __device__ __forceinline__ float round(float v) { return __half2float(__float2half(v)); }
+};
 
 __device__ __forceinline__ float gelu_erf(float v) { return 0.5f * v * (1.f + erff(v * 0.70710678118654752f)); }
 
@@ -63,9 +85,8 @@ __device__ __forceinline__ float warp_sum(float s) {
 
 template <typename T, bool GELU>
 __global__ void __launch_bounds__(WARPS * 32, 3)
-    bias_act_res_ln_kernel(const T* __restrict__ y, const T* __restrict__ bias, const T* __restrict__ res,
-                           const T* __restrict__ gamma, const T* __restrict__ beta, T* __restrict__ out, int M,
-                           float eps) {
+    bias_act_res_ln_kernel(const T* y, const T* __restrict__ bias, const T* __restrict__ res,
+                           const T* __restrict__ gamma, const T* __restrict__ beta, T* out, int M, float eps) {
   using V = Vec<T>;
   constexpr int E = V::N, C = HIDDEN / (32 * E);  // elements per vector, vectors per lane
   const int lane = threadIdx.x & 31, row = blockIdx.x * WARPS + (threadIdx.x >> 5);
@@ -120,7 +141,9 @@ __global__ void __launch_bounds__(WARPS * 32, 3)
 }  // namespace kbr
 
 // res == nullptr: plain LayerNorm of y (bias and GELU unused). gamma/beta may be null.
-cudaError_t launch_bias_act_res_ln(bool bf16, bool gelu, const void* y, const void* b, const void* res,
+// dtype: kF32, kBF16 or kF16 (the tensors' element type).
+enum KbDtype { kF32 = 0, kBF16 = 1, kF16 = 2 };
+cudaError_t launch_bias_act_res_ln(int dtype, bool gelu, const void* y, const void* b, const void* res,
                                    const void* gamma, const void* beta, void* out, int M, float eps,
                                    cudaStream_t stream) {
   using namespace kbr;
@@ -129,8 +152,10 @@ cudaError_t launch_bias_act_res_ln(bool bf16, bool gelu, const void* y, const vo
   bias_act_res_ln_kernel<T, G><<<blocks, WARPS * 32, 0, stream>>>(                                       \
       static_cast<const T*>(y), static_cast<const T*>(b), static_cast<const T*>(res),                  \
       static_cast<const T*>(gamma), static_cast<const T*>(beta), static_cast<T*>(out), M, eps)
-  if (bf16) {
+  if (dtype == kBF16) {
     if (gelu) KBR_LAUNCH(__nv_bfloat16, true); else KBR_LAUNCH(__nv_bfloat16, false);
+  } else if (dtype == kF16) {
+    if (gelu) KBR_LAUNCH(__half, true); else KBR_LAUNCH(__half, false);
   } else {
     if (gelu) KBR_LAUNCH(float, true); else KBR_LAUNCH(float, false);
   }
@@ -144,14 +169,15 @@ CPP_SRC = r"""
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
-cudaError_t launch_bias_act_res_ln(bool bf16, bool gelu, const void* y, const void* b, const void* res,
+cudaError_t launch_bias_act_res_ln(int dtype, bool gelu, const void* y, const void* b, const void* res,
                                    const void* gamma, const void* beta, void* out, int M, float eps,
                                    cudaStream_t stream);
 
 torch::Tensor layernorm_forward(torch::Tensor x, c10::optional<torch::Tensor> gamma,
                                 c10::optional<torch::Tensor> beta, double eps) {
   const auto dt = x.scalar_type();
-  TORCH_CHECK(x.is_cuda() && (dt == at::kFloat || dt == at::kBFloat16), "x: CUDA fp32 or bf16");
+  TORCH_CHECK(x.is_cuda() && (dt == at::kFloat || dt == at::kBFloat16 || dt == at::kHalf),
+              "x: CUDA fp32, bf16 or fp16");
   TORCH_CHECK(x.size(-1) == 768, "rows of 768 only");
   const c10::cuda::CUDAGuard guard(x.device());
   auto xc = x.contiguous();
@@ -162,7 +188,7 @@ torch::Tensor layernorm_forward(torch::Tensor x, c10::optional<torch::Tensor> ga
   const int64_t M = xc.numel() / 768;
   if (M == 0) return out;
   TORCH_CHECK(M < (int64_t)1 << 30, "too many rows");
-  const cudaError_t err = launch_bias_act_res_ln(dt == at::kBFloat16, false, xc.data_ptr(), nullptr, nullptr,
+  const cudaError_t err = launch_bias_act_res_ln(dt == at::kBFloat16 ? 1 : dt == at::kHalf ? 2 : 0, false, xc.data_ptr(), nullptr, nullptr,
                                                  gc.defined() ? gc.data_ptr() : nullptr,
                                                  bc.defined() ? bc.data_ptr() : nullptr, out.data_ptr(), (int)M,
                                                  (float)eps, c10::cuda::getCurrentCUDAStream());
@@ -188,6 +214,6 @@ class ModelNew(nn.Module):
 
     def forward(self, x):
         n = self.norm
-        if x.is_cuda and x.dtype in (torch.float32, torch.bfloat16) and tuple(n.normalized_shape) == (768,):
+        if x.is_cuda and x.dtype in (torch.float32, torch.bfloat16, torch.float16) and tuple(n.normalized_shape) == (768,):
             return _ext.layernorm_forward(x, n.weight, n.bias, n.eps)
         return F.layer_norm(x, n.normalized_shape, n.weight, n.bias, n.eps)
