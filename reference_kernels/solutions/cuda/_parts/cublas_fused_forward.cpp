@@ -24,7 +24,7 @@ torch::Tensor cublas_fused_forward(torch::Tensor x, torch::Tensor w, torch::Tens
   if (kblt::takes(x, w, b))
     kblt::linear_into(x, w, b, out2, M, K);  // cuBLASLt with its bias epilogue
   else
-    at::addmm_out(out2, b, x.reshape({M, K}), w.t());  // fp32: follows torch's TF32 flag
+    at::addmm_out(out2, b, x.reshape({M, K}), w.t());  // fp32 (follows torch's TF32 flag), unaligned operands
   const cudaError_t err = launch_bias_act_res_ln(kblt::kb_dtype(dt), gelu, out.data_ptr(), nullptr,
                                                  rc.data_ptr(), gc.data_ptr(), ec.data_ptr(), out.data_ptr(),
                                                  (int)M, (float)eps, c10::cuda::getCurrentCUDAStream());
