@@ -342,7 +342,11 @@ class _CudaTimer:
         sync_ms, gap_ms = self.latency
         # The device stayed busy after the current stream finished: work on other streams.
         # Judged by how long the device-wide wait blocked, not by when the host came back,
-        # so a host hiccup after the wait cannot inflate a call's time.
-        if waited is not None and waited > 3 * sync_ms + 0.02:
+        # so a host hiccup after the wait cannot inflate a call's time. A wait during which
+        # this thread was preempted (None) proves nothing either way, so it counts as busy:
+        # the host's delay may then add to an honest call, but a cheat never gains from a
+        # loaded host (on the H100 machine, builds running beside the timing let a
+        # side-stream cheat's calls time at their launch: 10x "faster").
+        if waited is None or waited > 3 * sync_ms + 0.02:
             return max(on_stream, self.start.elapsed_time(self.after_sync) - gap_ms), out
         return on_stream, out

@@ -87,3 +87,24 @@ def test_only_gpu_timings_get_a_core_and_the_switch_turns_it_off(monkeypatch):
     assert pinning.core_for("0") == pinning.timing_core("0") == CORES[-1]
     monkeypatch.setenv(pinning.SWITCH_VAR, "0")
     assert pinning.core_for("0") is None
+
+
+def test_builds_keep_off_the_timing_cores(monkeypatch):
+    """Builds never share a core with a timing thread (a preempted device-wide wait proves
+    nothing, timing.py), and a build child takes the mask it is given (isolation/child.py)."""
+    devices = ["0", "1"] if len(CORES) > 2 else ["0"]
+    cores = pinning.build_cores(devices)
+    timing = {pinning.timing_core(d) for d in devices}
+    assert cores == set(CORES) - timing and cores
+    assert pinning.build_cores(["cpu"]) is None  # a CPU run times on every core
+    monkeypatch.setenv(pinning.SWITCH_VAR, "0")
+    assert pinning.build_cores(devices) is None
+    monkeypatch.delenv(pinning.SWITCH_VAR)
+    env = {**os.environ, "KB_EVAL_CORES": str(CORES[0])}
+    # child_main applies the mask first: its start-up (replaced here) sees only that core
+    task = ("import os, sys; from kb_eval.isolation import child; "
+            "child._preload = lambda *a: print(sorted(os.sched_getaffinity(0)), flush=True); "
+            "sys.argv = ['x', '']; sys.stdin = open(os.devnull); child.child_main()")
+    out = subprocess.run([sys.executable, "-c", task], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.stdout.strip() == f"[{CORES[0]}]", out.stderr[-2000:]

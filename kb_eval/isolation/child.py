@@ -13,6 +13,7 @@ import traceback
 from pathlib import Path
 
 NICE_VAR = "KB_EVAL_NICE"
+CORES_VAR = "KB_EVAL_CORES"  # builds: the cores they may use (never a timing core)
 
 
 def child_main(spec: str | None = None) -> None:
@@ -27,6 +28,8 @@ def child_main(spec: str | None = None) -> None:
     # Builds run niced (KB_EVAL_NICE): compiling is throughput work, while a GPU left
     # waiting on a run child's or the reference's CPU time is time lost for good.
     os.nice(int(os.environ.get(NICE_VAR) or 0))
+    if os.environ.get(CORES_VAR):
+        os.sched_setaffinity(0, {int(c) for c in os.environ[CORES_VAR].split(",")})
     module, _, cuda = spec.partition(":")
     _preload(module, bool(cuda))
     while line := sys.stdin.readline():

@@ -74,6 +74,85 @@ def test_tripwire_sees_code_swap(restore):
         timing.time_callable.__code__ = original
 
 
+TIMER_PATCHES = [
+    (lambda: setattr(__import__("kb_eval.clocks").clocks, "perf_counter", lambda: 0.0),
+     "kb_eval.clocks.perf_counter"),
+    (lambda: setattr(__import__("kb_eval.timing").timing, "clocks", object()),
+     "kb_eval.timing.clocks"),
+    (lambda: setattr(time, "perf_counter_ns", lambda: 0), "time.perf_counter_ns"),
+    (lambda: setattr(torch.backends.cuda.matmul, "allow_tf32", True),
+     "torch.backends.cuda.matmul.allow_tf32"),
+]
+
+
+@pytest.mark.parametrize("patch,seen", TIMER_PATCHES)
+def test_timer_tripwire_sees_timer_patches(restore, patch, seen):
+    """The check after every timed call (timer_only) sees what the timer relies on, and
+    says the same as the slow way would."""
+    snap = integrity.Snapshot()
+    assert snap.changes(timer_only=True) == []
+    patch()
+    assert seen in snap.changes(timer_only=True)
+
+
+def test_timer_tripwire_sees_methods_code_and_lookups(restore):
+    import kb_eval.timing as timing
+
+    snap = integrity.Snapshot()
+    real = timing._CpuTimer.time_one
+    code = timing._CudaTimer.time_one.__code__
+    own_query = vars(torch.cuda.Event).get("query")
+    try:
+        timing._CpuTimer.time_one = lambda self, fn, args: (0.001, fn(*args))
+        assert snap.changes(timer_only=True) == ["kb_eval.timing._CpuTimer.time_one"]
+        timing._CpuTimer.time_one = real
+        assert snap.changes(timer_only=True) == []  # undone: as it was
+        timing._CudaTimer.time_one.__code__ = (lambda self, fn, args: None).__code__
+        assert snap.changes(timer_only=True) == ["kb_eval.timing._CudaTimer.time_one"]
+        timing._CudaTimer.time_one.__code__ = code
+        torch.cuda.Event.query = lambda self: True
+        assert "torch.cuda.Event.query" in snap.changes(timer_only=True)
+        # inherited from a base class: shadowing it on the class itself is seen too
+        assert "__init__" not in vars(torch.cuda.Event)
+        torch.cuda.Event.__init__ = lambda self, *a, **k: None
+        assert "torch.cuda.Event.__init__" in snap.changes(timer_only=True)
+        del torch.cuda.Event.__init__
+    finally:
+        timing._CpuTimer.time_one = real
+        timing._CudaTimer.time_one.__code__ = code
+        vars(torch.cuda.Event).get("__init__") and delattr(torch.cuda.Event, "__init__")
+        if own_query is not None:
+            torch.cuda.Event.query = own_query
+        elif "query" in vars(torch.cuda.Event):
+            del torch.cuda.Event.query
+    assert snap.changes(timer_only=True) == []
+
+
+def test_timer_tripwire_is_the_cheap_part():
+    """The per-call check costs a fraction of the full one: the full check between calls
+    slowed host-bound calls on the H100 (integrity.py)."""
+    snap = integrity.Snapshot()
+    assert snap._timer is not None  # every timer path resolved: the identity comparison
+
+    def cost(timer_only: bool) -> float:
+        t0 = time.perf_counter()
+        for _ in range(50):
+            snap.changes(timer_only)
+        return time.perf_counter() - t0
+
+    assert cost(True) < cost(False) / 4
+
+
+def test_full_tripwire_check_ends_each_round():
+    from kb_eval.eval.child.worker import FULL_CHECK_EVERY, round_ends
+    from kb_eval.timing import TimingSettings, paired_rounds
+
+    rounds = paired_rounds(TimingSettings(trials=100, paired_rounds=20))
+    assert round_ends(rounds, 101) == {r[-1] for r in rounds} and 100 in round_ends(rounds, 101)
+    unpaired = round_ends([], 11)
+    assert unpaired == set(range(FULL_CHECK_EVERY - 1, 11, FULL_CHECK_EVERY)) | {10}
+
+
 # ------------------------------------------------------------------ static checks
 def codes(source: str) -> set[str]:
     return {f.code for f in static_flags(source)}

@@ -13,8 +13,13 @@ comparing, seeding and reporting rely on:
 - the numerics switches the run fixed (TF32, float32 matmul precision, reduced-precision
   reductions).
 `Snapshot.changes()` lists what differs now. The worker calls it after loading the
-candidate, after building the model, after each correctness call, after every timed call
-(outside the timed region) and at the end; any change becomes a `tampered` flag (error).
+candidate, after building the model, after each correctness call, after each round of
+timed calls and at the end; any change becomes a `tampered` flag (error). After every
+timed call (outside the timed region) it checks the part a timer relies on
+(`changes(timer_only=True)`: the clocks, events, synchronizes, our timing modules and the
+numerics switches), a tenth of the full check's work: on the H100 the full check between
+calls (0.8 ms of Python) cooled the host's caches enough to slow a reference copy's next
+launch by 30-60 us, so host-bound copies timed slower than the reference itself.
 
 This is a tripwire, not a wall: code in the same process can also patch the checker, race
 it from another thread, or tamper natively (ctypes, C++). The defenses that do not trust
@@ -53,16 +58,26 @@ PROTECTED = [
 ] + [("secrets", "randbelow"), ("secrets", "randbits"), ("json", "dumps"), ("json", "dump"),
      ("gc", "collect"), ("gc", "disable"), ("gc", "enable"), ("hashlib", "sha256")]
 
+# What a timer relies on from call to call: checked after every timed call (the rest after
+# each round). A patch made in one call and undone in the next is still seen.
+TIMER_PATHS = [(m, p) for m, p in PROTECTED if m in ("time", "gc") or p.startswith(
+    ("cuda.synchronize", "cuda.Event", "cuda.current_stream", "cuda.default_stream",
+     "cuda.stream", "cuda.Stream", "_C._cuda_synchronize", "_utils._CudaEventBase"))]
+
 # Our own modules: every global name (so `kb_eval.timing.clocks = fake` shows) and the
 # attributes of the classes that time and judge.
 OWN_MODULES = ("kb_eval.timing", "kb_eval.clocks", "kb_eval.inputs", "kb_eval.harness",
                "kb_eval.problems", "kb_eval.isolation", "kb_eval.isolation.child",
-               "kb_eval.eval.child.worker", "kb_eval.eval.child.observe",
-               "kb_eval.eval.child.probes", "kb_eval.eval.child.integrity",
+               "kb_eval.eval.child.worker", "kb_eval.eval.child.calls",
+               "kb_eval.eval.child.observe", "kb_eval.eval.child.probes",
+               "kb_eval.eval.child.integrity",
                "kb_eval.eval.wire.outputs")
 OWN_CLASSES = [("kb_eval.timing", "_CpuTimer"), ("kb_eval.timing", "_CudaTimer"),
                ("kb_eval.timing", "TimingStats"), ("kb_eval.timing", "TimingSettings"),
-               ("kb_eval.eval.child.integrity", "Snapshot"), ("kb_eval.eval.child.worker", "Watch")]
+               ("kb_eval.eval.child.integrity", "Snapshot"), ("kb_eval.eval.child.calls", "Watch"),
+               ("kb_eval.eval.child.calls", "TimedCalls")]
+TIMER_MODULES = ("kb_eval.timing", "kb_eval.clocks")
+TIMER_CLASSES = [c for c in OWN_CLASSES if c[1] in ("_CpuTimer", "_CudaTimer")]
 
 
 def _fingerprint(obj: Any) -> tuple:
@@ -131,12 +146,74 @@ def _disabled_dynamo_of(new: Any, old: Any) -> bool:
 LAZY_MACHINERY = {"torch.manual_seed": _disabled_dynamo_of}
 
 
+_MISSING = object()
+
+
+def _steps(module: str, path: str) -> list[tuple[Any, str, Any]]:
+    """(namespace, name, object) for each lookup from sys.modules to module.path: the
+    timer's check compares these by identity, a few microseconds for all of them. A class
+    attribute found in a base class also pins it absent from the classes before it; a
+    path that ends early (no CUDA in this torch) pins the missing name absent."""
+    obj: Any = sys.modules[module]
+    steps = [(sys.modules, module, obj)]
+    for part in path.split("."):
+        owners = obj.__mro__ if inspect.isclass(obj) else (obj,)
+        for owner in owners:
+            space = vars(owner)
+            if part in space:
+                obj = space[part]
+                steps.append((space, part, obj))
+                break
+            steps.append((space, part, _MISSING))
+        else:
+            return steps
+    return steps
+
+
+def _inner(obj: Any) -> tuple | None:
+    """A Python function's parts that decide what it does (None for other objects)."""
+    func = getattr(obj, "__func__", obj)
+    if not inspect.isfunction(func):
+        return None
+    return (func, func.__code__, func.__defaults__, func.__kwdefaults__, func.__closure__,
+            func.__globals__)
+
+
 class Snapshot:
     """What the protected objects are now; `changes()` says what differs later."""
 
     def __init__(self):
         self.items = self._take()
         self.lazy = {key: _resolve(*key.split(".", 1)) for key in LAZY_MACHINERY}
+        self._timer = self._timer_identities()
+
+    def _timer_identities(self) -> tuple | None:
+        """The timer's part as identities to compare (None: some path does not resolve
+        statically; the timer's check then takes the slower way every time)."""
+        try:
+            steps = [st for m, p in TIMER_PATHS for st in _steps(m, p)]
+            for name in TIMER_MODULES:
+                mod = sys.modules[name]
+                steps.append((sys.modules, name, mod))
+                steps += [(vars(mod), k, v) for k, v in vars(mod).items()
+                          if not k.startswith("__")]
+            for module, cls_name in TIMER_CLASSES:
+                cls = getattr(sys.modules[module], cls_name)
+                steps += [(vars(cls), k, v) for k, v in vars(cls).items()
+                          if not k.startswith("__") or k in ("__init__", "__call__", "__new__")]
+        except (AttributeError, KeyError):
+            return None
+        funcs = [f for f in (_inner(v) for _, _, v in steps) if f is not None]
+        return steps, funcs, sys.gettrace(), sys.getprofile(), _numerics()
+
+    def _timer_unchanged(self) -> bool:
+        if self._timer is None:
+            return False
+        steps, funcs, trace, profile, numerics = self._timer
+        return (all(space.get(name, _MISSING) is obj for space, name, obj in steps)
+                and all(_inner(f[0]) == f for f in funcs)
+                and sys.gettrace() is trace and sys.getprofile() is profile
+                and _numerics() == numerics)
 
     def _accept_lazy(self, changed: list[str]) -> list[str]:
         """Drop the changes PyTorch itself made (and take them as the new baseline)."""
@@ -151,36 +228,44 @@ class Snapshot:
         return kept
 
     @staticmethod
-    def _take() -> dict[str, Any]:
+    def _take(timer_only: bool = False) -> dict[str, Any]:
         items: dict[str, Any] = {}
-        for module, path in PROTECTED:
+        for module, path in TIMER_PATHS if timer_only else PROTECTED:
             try:
                 items[f"{module}.{path}"] = _fingerprint(_resolve(module, path))
             except (AttributeError, ImportError):
                 items[f"{module}.{path}"] = None
-        for name in OWN_MODULES:
+        for name in TIMER_MODULES if timer_only else OWN_MODULES:
             mod = sys.modules.get(name)
             items[f"sys.modules[{name}]"] = id(mod)
             if mod is not None:
                 for key, value in vars(mod).items():
                     if not key.startswith("__"):
                         items[f"{name}.{key}"] = _fingerprint(value)
-        for module, cls_name in OWN_CLASSES:
+        for module, cls_name in TIMER_CLASSES if timer_only else OWN_CLASSES:
             cls = getattr(sys.modules.get(module), cls_name, None)
             if cls is not None:
                 for key, value in vars(cls).items():
                     if not key.startswith("__") or key in ("__init__", "__call__", "__new__"):
                         items[f"{module}.{cls_name}.{key}"] = _fingerprint(value)
-        for key, value in vars(builtins).items():
-            items[f"builtins.{key}"] = id(value)
+        if not timer_only:
+            for key, value in vars(builtins).items():
+                items[f"builtins.{key}"] = id(value)
         items["sys.gettrace"] = id(sys.gettrace())
         items["sys.getprofile"] = id(sys.getprofile())
         for key, value in _numerics().items():
             items[f"torch.backends.{key}"] = value
         return items
 
-    def changes(self) -> list[str]:
-        now = self._take()
-        changed = [k for k, v in self.items.items() if now.get(k) != v]
-        changed += [k for k in now if k not in self.items and not k.startswith("builtins.")]
+    def changes(self, timer_only: bool = False) -> list[str]:
+        """What differs from the snapshot: everything, or (`timer_only`) what a timer
+        relies on (names new since the snapshot count only in the full check)."""
+        if timer_only and self._timer_unchanged():
+            return []
+        now = self._take(timer_only)
+        if timer_only:
+            changed = [k for k, v in now.items() if self.items.get(k, v) != v]
+        else:
+            changed = [k for k, v in self.items.items() if now.get(k) != v]
+            changed += [k for k in now if k not in self.items and not k.startswith("builtins.")]
         return sorted(self._accept_lazy(changed))

@@ -11,7 +11,8 @@ kb_eval/eval/judge/reference_worker.py).
   that call; every timed call's output is checked for aliasing, a random few (picked
   after they return) are checked in full and saved with their seeds for re-checking  ->
   one call on a batch one smaller (shape probe). Tripwires are checked after every step
-  and every call; Python threads the candidate left are listed.
+  and call (after a timed call, the timer's part; all of them after each round:
+  calls.py); Python threads the candidate left are listed.
 
 The outputs are saved as `<label>.out` (kb_eval/eval/wire/outputs.py: raw tensors, no pickle),
 read and judged on the reference side once this child has ended. Seeds come in derived
@@ -24,7 +25,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import traceback
 from pathlib import Path
 
@@ -36,14 +36,13 @@ import torch.utils.cpp_extension  # noqa: F401
 from kb_eval import clocks
 from kb_eval.devlock import DeviceLock
 from kb_eval.eval.wire import outputs
+from kb_eval.eval.child.calls import TimedCalls, Watch
 from kb_eval.eval.child.observe import OutputTypeError, aliased_inputs, observe, output_tensors
-from kb_eval.eval.child.integrity import Snapshot
 from kb_eval.eval.child.paired import time_paired
-from kb_eval.eval.child.threads import Ledger, warm_pool
 from kb_eval.eval.wire.labels import PROBE_LABEL, label_name
 from kb_eval.eval.child.probes import (changed_inputs, changed_since, fingerprints, fresh_seed,
                                        into_buffers, probe_inputs, recheck_count, settled,
-                                       sync, tensor_bytes, thread_names)
+                                       sync, tensor_bytes)
 from kb_eval.harness import INIT_SEED, inputs_for, load_problem, reference_model
 from kb_eval.inputs import build_model, copy_tree, make_inputs, precision_dtype
 from kb_eval.problems import load_module
@@ -53,6 +52,7 @@ from kb_eval.timing import TimingSettings, paired_rounds, time_callable
 CUDA_ERROR_MARKERS = ("CUDA error", "CUDA_ERROR", "illegal memory access", "cudaError",
                       "device-side assert", "unspecified launch failure")
 BEFORE_PROBE = "before_probe.json"
+FULL_CHECK_EVERY = 5  # unpaired timing: timed calls per full tripwire check
 
 
 def set_phase(workdir: Path, phase: str) -> None:
@@ -108,29 +108,6 @@ class Laps:
         spent, self.mark = now - self.mark, now
         self.seconds[step] = round(self.seconds.get(step, 0.0) + spent, 3)
         return spent
-
-
-class Watch:
-    """The tripwires and what they caught (reported to the parent, which flags it)."""
-
-    def __init__(self, device: torch.device):
-        warm_pool()  # PyTorch's own threads exist before the candidate's can
-        self.ledger = Ledger(device)  # CPU its threads spend outside timed calls
-        self.snapshot = Snapshot()
-        self.threads = thread_names()
-        self.tampered: list[dict] = []
-        self.inputs_tampered: list[str] = []
-        self.timed_aliased: list[int] = []
-
-    def check(self, where: str) -> None:
-        changes = self.snapshot.changes()
-        if changes and len(self.tampered) < 5:
-            self.tampered.append({"where": where, "what": changes[:12]})
-
-    def report(self) -> dict:
-        return {"tampered": self.tampered, "inputs_tampered": self.inputs_tampered,
-                "timed_aliased": self.timed_aliased[:20],
-                "threads": sorted(thread_names() - self.threads)[:10]}
 
 
 # ------------------------------------------------------------------ candidate
@@ -301,57 +278,40 @@ def _time_candidate(model, module, payload: dict, workdir: Path, device: torch.d
     # Which timed calls are re-checked is drawn after each call returns (selection
     # sampling), so the candidate cannot know in advance which calls count.
     out_bytes = seen.get("correct_0", {}).get("bytes")
-    wanted = [recheck_count(payload.get("recheck_timed", 0), n_calls, out_bytes)]
-    left = [n_calls]
-    current: dict = {}
+    picks = recheck_count(payload.get("recheck_timed", 0), n_calls, out_bytes)
 
-    def args_for_trial(i: int) -> list:
-        if i >= 0:  # untimed calls (warmup, a round's first: i < 0) synchronize on return
-            ledger.device_idle()
+    def draw(i: int) -> tuple[int, list]:
         s = fresh_seed()
-        fresh = make_inputs(module.get_inputs, s, device, dtype)
-        current.update(seed=s, inputs=into_buffers(current.get("inputs"), fresh), timed=i >= 0)
-        ledger.call_starts()
-        return current["inputs"]
+        return s, make_inputs(module.get_inputs, s, device, dtype)
 
-    def timed(*args):
-        out = model(*args)
-        ledger.drain()  # the call is not over while the candidate's threads still work
-        if not current["timed"]:
-            # An untimed call's kernels are its own, not work launched outside the calls:
-            # waited for here, so the next timed call's idle check sees only the latter
-            # (unsynchronized warmups made H100 reference copies look busy).
-            sync(device)
-        return out
+    def recheck(tensors: list, s: int, inputs: list, i: int) -> None:
+        _recheck(tensors, module, s, inputs, i, device, dtype, workdir, seen)
 
-    def on_output(i: int, out) -> None:
-        ledger.call_ended()
-        tensors = output_tensors(out)
-        if aliased_inputs(tensors, current["inputs"]):
-            watch.timed_aliased.append(i)
-        watch.check(f"timed call {i}")
-        pick = wanted[0] > 0 and secrets.randbelow(left[0]) < wanted[0]
-        left[0] -= 1
-        if pick:
-            wanted[0] -= 1
-            _recheck(tensors, module, current, i, device, dtype, workdir, seen)
-
+    calls = TimedCalls(model, watch, device, draw, round_ends(rounds, n_calls), n_calls,
+                       picks, recheck)
     ledger = watch.ledger
     with torch.no_grad():
         if rounds:
-            stats = time_paired(timed, settings, device, args_for_trial, on_output,
-                                 Path(payload["paired"]["dir"]), rounds, ledger.call_ended,
+            stats = time_paired(calls.call, settings, device, calls.args, calls.on_output,
+                                 Path(payload["paired"]["dir"]), rounds, calls.untimed_ended,
                                  ledger.device_idle)
         else:
-            stats = time_callable(timed, settings, device, args_for_trial, on_output)
+            stats = time_callable(calls.call, settings, device, calls.args, calls.on_output)
     return {"timing": stats.model_dump(), "threads_work": ledger.report()}
 
 
-def _recheck(tensors, module, current: dict, i: int, device, dtype, workdir: Path,
+def round_ends(rounds: list[range], n_calls: int) -> set[int]:
+    """The timed calls after which the full tripwire check runs: each round's last (the
+    timer's part runs after every call: calls.py)."""
+    if rounds:
+        return {r[-1] for r in rounds}
+    return set(range(FULL_CHECK_EVERY - 1, n_calls, FULL_CHECK_EVERY)) | {n_calls - 1}
+
+
+def _recheck(tensors, module, seed: int, inputs: list, i: int, device, dtype, workdir: Path,
              seen: dict) -> None:
-    label = label_name(("timing", i, current["seed"]))
-    inputs = current["inputs"]
-    pristine = make_inputs(module.get_inputs, current["seed"], device, dtype)
+    label = label_name(("timing", i, seed))
+    pristine = make_inputs(module.get_inputs, seed, device, dtype)
     mutated = changed_inputs(inputs, pristine)
     del pristine
     calm = settled(tensors, device, 0.0, lambda ts: save_outputs(workdir, label, ts))

@@ -36,6 +36,7 @@ import torch
 
 from kb_eval.eval.wire import outputs
 from kb_eval.eval.judge.correctness import judge_file, resolve_tolerance
+from kb_eval.eval.child.calls import TimedCalls, Watch
 from kb_eval.eval.child.observe import observe, output_tensors
 from kb_eval.eval.wire.labels import label_name
 from kb_eval.eval.child.probes import (changed_since, copy_bandwidth, empty_call_ms,
@@ -71,6 +72,14 @@ class Problem:
     # The baseline timed live, per mode other than eager: the compiled model, or why the
     # compiler could not take this problem (--live-baseline --baseline-compile MODE).
     compiled: dict[str, object] = field(default_factory=dict)
+    _watch: Watch | None = None
+
+    def watch(self, device: torch.device) -> Watch:
+        """Tripwires and a ledger of this process's own, for the bookkeeping around its
+        timed calls (calls.py); what they find here is never read."""
+        if self._watch is None:
+            self._watch = Watch(device)
+        return self._watch
 
     @property
     def bytes(self) -> int:
@@ -251,28 +260,28 @@ def time_round(payload: dict, device: torch.device) -> dict:
     r = int(payload["round"])
     module, seed, precision = p.module, payload["seed"], payload["precision"]
 
-    def args(i: int) -> list:
-        # Fresh tensors each call, as time_model draws them. Copying them into held
-        # buffers as the child does made the reference ~10 % faster on this CPU (no page
-        # faults of new allocations in its calls), while the child's own between-call
-        # checks (tripwires, re-checks) cool its caches: on a CPU neither side's
-        # bookkeeping is free, and this way round the copies' intervals held 1.0.
-        return inputs_for(module, seed, ("timing", i), precision, device)
-
     timed = baseline_model(p, payload, device)
     if isinstance(timed, str):  # the compiler's limit: an answer, not a failed server call
         return {"error": f"no {payload.get('baseline_mode')} baseline: {timed}"}
     # Kernels the stopped candidate queued may still run: wait them out, so that they
     # never slow the reference's round, and report how long (phases.pair_busy_max).
     busy_ms = busy_ms_before_quiet(device) if device.type == "cuda" else 0.0
+    # Around each call, the candidate child's own bookkeeping (calls.py: on a host-bound
+    # problem that work slows the next call, so both sides do it).
+    calls_r = paired_rounds(settings)[r]
+    calls = TimedCalls(timed, p.watch(device), device,
+                       lambda i: (None, inputs_for(module, seed, ("timing", i), precision,
+                                                   device)),
+                       {calls_r[-1]}, len(calls_r))
     with torch.no_grad():
         for i in range(1 + (settings.warmup if r == 0 else 0)):
-            timed(*args(-1 - i))
+            calls.call(*calls.args(-1 - i))
+            calls.untimed_ended()
         sync(device)
         timer = timer_for(device, settings.flush_l2)
         take_launch_ms(timer)
-        ms = kept(settings, r, time_calls(timed, paired_rounds(settings)[r], timer, args,
-                                          collect=r == 0))
+        ms = kept(settings, r, time_calls(calls.call, calls_r, timer, calls.args,
+                                          calls.on_output, collect=r == 0))
     release(device)
     return {"ms": ms, "busy_ms": busy_ms, "launch_ms": take_launch_ms(timer)}
 

@@ -22,7 +22,8 @@ from kb_eval.eval.schedule import pch
 from kb_eval.eval.schedule.build import is_gcc, toolchain_fingerprint
 from kb_eval.eval.config import EvalConfig
 from kb_eval.inputs import derive_seed
-from kb_eval.isolation import NICE_VAR
+from kb_eval.eval.schedule import pinning
+from kb_eval.isolation import CORES_VAR, NICE_VAR
 from kb_eval.problems import Problem
 from kb_eval.results import BaselineFile, HardwareInfo, baseline_path, read_model
 from kb_eval.timing import TIMED_PROCESS_ENV, TimingStats, method_for
@@ -90,7 +91,9 @@ class EvalContext:
         return {**env, **self.config.extra_env}
 
     def build_env(self) -> dict[str, str]:
-        return {**self._common_env(), "CUDA_VISIBLE_DEVICES": "", NICE_VAR: "19"}
+        env = {**self._common_env(), "CUDA_VISIBLE_DEVICES": "", NICE_VAR: "19"}
+        cores = pinning.build_cores(self.devices)
+        return {**env, CORES_VAR: ",".join(map(str, sorted(cores)))} if cores else env
 
     def device_env(self, device: str) -> dict[str, str]:
         visible = "" if is_cpu(device) else device

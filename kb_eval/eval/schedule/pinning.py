@@ -41,6 +41,18 @@ def timing_core(device: str) -> int | None:
     return cores[-1 - index % (len(cores) - 1)]
 
 
+def build_cores(devices: list[str]) -> set[int] | None:
+    """The cores builds may use: all but the GPUs' timing cores, so that a compiler never
+    preempts a timing thread (on the H100 machine, builds of other candidates preempted a
+    side-stream cheat's device-wide waits, and a preempted wait proves nothing). None on
+    a CPU run, with pinning off, or where too few cores would be left."""
+    timing = {core_for(d) for d in devices} - {None}
+    cores = set(os.sched_getaffinity(0))
+    if not timing or len(cores - timing) < 1:
+        return None
+    return cores - timing
+
+
 def pin(pid: int, core: int) -> set[int] | None:
     """Pin `pid`'s main thread to `core`; its mask before, or None if it cannot be had
     (the process is gone)."""

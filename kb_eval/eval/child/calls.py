@@ -1,0 +1,105 @@
+"""What happens around each timed call of a paired timing, the same on both sides.
+
+The candidate's child needs bookkeeping between its timed calls: the idle check and CPU
+ledger (threads.py), the output's aliasing check, the tripwires (integrity.py), a
+re-check now and then. On the H100 that work alone made host-bound calls slower: a
+reference copy of BERT-sized problems (40-200 us calls, their time the host's launching)
+timed 0.50-0.94x of the reference, because the reference server timed its calls
+back to back; the same model timed in one process with and without the child's
+bookkeeping showed the same gap (layernorm B16xS512 bf16: 39 us bare, 67-76 us with it).
+No bookkeeping is free on a host, so the reference server runs this same code around its
+own calls, with a tripwire snapshot and ledger of its own (they find nothing there):
+whatever it costs, both sides pay it. Only the candidate's re-checks (a few calls of
+100) are its alone.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any, Callable
+
+import torch
+
+from kb_eval.eval.child.integrity import Snapshot
+from kb_eval.eval.child.observe import aliased_inputs, output_tensors
+from kb_eval.eval.child.probes import into_buffers, sync, thread_names
+from kb_eval.eval.child.threads import Ledger, warm_pool
+
+class Watch:
+    """The tripwires and what they caught (reported to the parent, which flags it)."""
+
+    def __init__(self, device: torch.device):
+        warm_pool()  # PyTorch's own threads exist before the candidate's can
+        self.ledger = Ledger(device)  # CPU its threads spend outside timed calls
+        self.snapshot = Snapshot()
+        self.threads = thread_names()
+        self.tampered: list[dict] = []
+        self.inputs_tampered: list[str] = []
+        self.timed_aliased: list[int] = []
+
+    def check(self, where: str, timer_only: bool = False) -> None:
+        changes = self.snapshot.changes(timer_only)
+        if changes and len(self.tampered) < 5:
+            self.tampered.append({"where": where, "what": changes[:12]})
+
+    def report(self) -> dict:
+        return {"tampered": self.tampered, "inputs_tampered": self.inputs_tampered,
+                "timed_aliased": self.timed_aliased[:20],
+                "threads": sorted(thread_names() - self.threads)[:10]}
+
+
+# (seed or None, inputs) for call i; negative i: an untimed call
+Draw = Callable[[int], tuple[int | None, list]]
+
+
+class TimedCalls:
+    """`args(i)`, `call(*args)` and `on_output(i, out)` for timing.time_calls, around a
+    model. `watch` holds the tripwires and ledger (worker.Watch). `round_ends`: indices
+    after which the full tripwire check runs (the timer's part runs after every call).
+    `picks` calls, drawn after each returns, go to `recheck(tensors, seed, inputs, i)`."""
+
+    def __init__(self, model: Callable, watch: Any, device: torch.device, draw: Draw,
+                 round_ends: set[int], n_calls: int, picks: int = 0,
+                 recheck: Callable[[list, int | None, list, int], None] | None = None):
+        self.model, self.watch, self.device, self.draw = model, watch, device, draw
+        self.ledger = watch.ledger
+        self.round_ends, self.left, self.wanted = round_ends, n_calls, picks
+        self.recheck = recheck
+        self.seed: int | None = None
+        self.inputs: list | None = None
+        self.timed = False
+
+    def args(self, i: int) -> list:
+        if i >= 0:  # untimed calls (warmup, a round's first: i < 0) synchronize on return
+            self.ledger.device_idle()
+        self.seed, fresh = self.draw(i)
+        self.inputs = into_buffers(self.inputs, fresh)
+        self.timed = i >= 0
+        self.ledger.call_starts()
+        return self.inputs
+
+    def call(self, *args):
+        out = self.model(*args)
+        self.ledger.drain()  # the call is not over while the candidate's threads still work
+        if not self.timed:
+            # An untimed call's kernels are its own, not work launched outside the calls:
+            # waited for here, so the next timed call's idle check sees only the latter
+            # (unsynchronized warmups made H100 reference copies look busy).
+            sync(self.device)
+        return out
+
+    def untimed_ended(self) -> None:
+        self.ledger.call_ended()
+
+    def on_output(self, i: int, out) -> None:
+        self.ledger.call_ended()
+        tensors = output_tensors(out)
+        if aliased_inputs(tensors, self.inputs):
+            self.watch.timed_aliased.append(i)
+        pick = self.wanted > 0 and secrets.randbelow(self.left) < self.wanted
+        self.left -= 1
+        # a re-check's save relies on more than the timer: the full check first
+        self.watch.check(f"timed call {i}", timer_only=not pick and i not in self.round_ends)
+        if pick and self.recheck is not None:
+            self.wanted -= 1
+            self.recheck(tensors, self.seed, self.inputs, i)
