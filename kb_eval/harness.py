@@ -46,18 +46,19 @@ def inputs_for(module: ModuleType, secret: int, label: Any, precision: str,
 
 
 def time_model(model: Callable, module: ModuleType, secret: int, precision: str,
-               device: torch.device, settings: TimingSettings,
-               on_output: Callable[[int, Any], None] | None = None,
-               inputs_hook: Callable[[int, list], list] | None = None) -> TimingStats:
-    """Time `model` on fresh inputs per call. `inputs_hook(i, inputs)` lets eval keep or
-    copy the inputs of a call it will re-check (negative i: warmup)."""
+               device: torch.device, settings: TimingSettings) -> TimingStats:
+    """Time `model` on fresh inputs per call, with the candidate child's bookkeeping around
+    each call (kb_eval/eval/child/calls.py: on a host-paced call that work slows the next
+    launches, so a reference timed without it would not compare with a candidate)."""
+    from kb_eval.eval.child.calls import TimedCalls, Watch, round_ends
 
-    def args_for_trial(i: int) -> list:
-        inputs = inputs_for(module, secret, ("timing", i), precision, device)
-        return inputs_hook(i, inputs) if inputs_hook else inputs
+    def draw(i: int) -> tuple[None, list]:
+        return None, inputs_for(module, secret, ("timing", i), precision, device)
 
+    n_calls = settings.trials + (1 if settings.discard_first else 0)
+    calls = TimedCalls(model, Watch(device), device, draw, round_ends([], n_calls), n_calls)
     with torch.no_grad():
-        return time_callable(model, settings, device, args_for_trial, on_output)
+        return time_callable(calls.call, settings, device, calls.args, calls.on_output)
 
 
 def compile_model(model: torch.nn.Module, mode: str) -> Callable:

@@ -144,7 +144,7 @@ def test_timer_tripwire_is_the_cheap_part():
 
 
 def test_full_tripwire_check_ends_each_round():
-    from kb_eval.eval.child.worker import FULL_CHECK_EVERY, round_ends
+    from kb_eval.eval.child.calls import FULL_CHECK_EVERY, round_ends
     from kb_eval.timing import TimingSettings, paired_rounds
 
     rounds = paired_rounds(TimingSettings(trials=100, paired_rounds=20))

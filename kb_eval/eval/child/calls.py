@@ -48,6 +48,17 @@ class Watch:
                 "threads": sorted(thread_names() - self.threads)[:10]}
 
 
+FULL_CHECK_EVERY = 5  # unpaired timing: timed calls per full tripwire check
+
+
+def round_ends(rounds: list[range], n_calls: int) -> set[int]:
+    """The timed calls after which the full tripwire check runs: each round's last (the
+    timer's part runs after every call: calls.py)."""
+    if rounds:
+        return {r[-1] for r in rounds}
+    return set(range(FULL_CHECK_EVERY - 1, n_calls, FULL_CHECK_EVERY)) | {n_calls - 1}
+
+
 # (seed or None, inputs) for call i; negative i: an untimed call
 Draw = Callable[[int], tuple[int | None, list]]
 

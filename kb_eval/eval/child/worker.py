@@ -36,7 +36,7 @@ import torch.utils.cpp_extension  # noqa: F401
 from kb_eval import clocks
 from kb_eval.devlock import DeviceLock
 from kb_eval.eval.wire import outputs
-from kb_eval.eval.child.calls import TimedCalls, Watch
+from kb_eval.eval.child.calls import TimedCalls, Watch, round_ends
 from kb_eval.eval.child.observe import OutputTypeError, aliased_inputs, observe, output_tensors
 from kb_eval.eval.child.paired import time_paired
 from kb_eval.eval.wire.labels import PROBE_LABEL, label_name
@@ -52,7 +52,6 @@ from kb_eval.timing import TimingSettings, paired_rounds, time_callable
 CUDA_ERROR_MARKERS = ("CUDA error", "CUDA_ERROR", "illegal memory access", "cudaError",
                       "device-side assert", "unspecified launch failure")
 BEFORE_PROBE = "before_probe.json"
-FULL_CHECK_EVERY = 5  # unpaired timing: timed calls per full tripwire check
 
 
 def set_phase(workdir: Path, phase: str) -> None:
@@ -298,14 +297,6 @@ def _time_candidate(model, module, payload: dict, workdir: Path, device: torch.d
         else:
             stats = time_callable(calls.call, settings, device, calls.args, calls.on_output)
     return {"timing": stats.model_dump(), "threads_work": ledger.report()}
-
-
-def round_ends(rounds: list[range], n_calls: int) -> set[int]:
-    """The timed calls after which the full tripwire check runs: each round's last (the
-    timer's part runs after every call: calls.py)."""
-    if rounds:
-        return {r[-1] for r in rounds}
-    return set(range(FULL_CHECK_EVERY - 1, n_calls, FULL_CHECK_EVERY)) | {n_calls - 1}
 
 
 def _recheck(tensors, module, seed: int, inputs: list, i: int, device, dtype, workdir: Path,
