@@ -16,7 +16,7 @@ whatever it costs, both sides pay it. Only the candidate's re-checks (a few call
 from __future__ import annotations
 
 import secrets
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 
@@ -24,6 +24,7 @@ from kb_eval.eval.child.integrity import Snapshot
 from kb_eval.eval.child.observe import aliased_inputs, output_tensors
 from kb_eval.eval.child.probes import into_buffers, sync, thread_names
 from kb_eval.eval.child.threads import Ledger, warm_pool
+
 
 class Watch:
     """The tripwires and what they caught (reported to the parent, which flags it)."""
@@ -52,8 +53,9 @@ FULL_CHECK_EVERY = 5  # unpaired timing: timed calls per full tripwire check
 
 
 def round_ends(rounds: list[range], n_calls: int) -> set[int]:
-    """The timed calls after which the full tripwire check runs: each round's last (the
-    timer's part runs after every call: calls.py)."""
+    """The timed calls after which the full tripwire check runs: each round's last, or
+    every FULL_CHECK_EVERY-th and the last without rounds (the timer's part runs after
+    every call)."""
     if rounds:
         return {r[-1] for r in rounds}
     return set(range(FULL_CHECK_EVERY - 1, n_calls, FULL_CHECK_EVERY)) | {n_calls - 1}
@@ -65,11 +67,11 @@ Draw = Callable[[int], tuple[int | None, list]]
 
 class TimedCalls:
     """`args(i)`, `call(*args)` and `on_output(i, out)` for timing.time_calls, around a
-    model. `watch` holds the tripwires and ledger (worker.Watch). `round_ends`: indices
+    model. `watch` holds the tripwires and ledger. `round_ends`: indices
     after which the full tripwire check runs (the timer's part runs after every call).
     `picks` calls, drawn after each returns, go to `recheck(tensors, seed, inputs, i)`."""
 
-    def __init__(self, model: Callable, watch: Any, device: torch.device, draw: Draw,
+    def __init__(self, model: Callable, watch: Watch, device: torch.device, draw: Draw,
                  round_ends: set[int], n_calls: int, picks: int = 0,
                  recheck: Callable[[list, int | None, list, int], None] | None = None):
         self.model, self.watch, self.device, self.draw = model, watch, device, draw
