@@ -56,7 +56,8 @@ def time_model(model: Callable, module: ModuleType, secret: int, precision: str,
         return None, inputs_for(module, secret, ("timing", i), precision, device)
 
     n_calls = settings.trials + (1 if settings.discard_first else 0)
-    calls = TimedCalls(model, Watch(device), device, draw, round_ends([], n_calls), n_calls)
+    calls = TimedCalls(model, Watch(device), device, draw, round_ends([], n_calls), n_calls,
+                       candidate=False)
     with torch.no_grad():
         return time_callable(calls.call, settings, device, calls.args, calls.on_output)
 

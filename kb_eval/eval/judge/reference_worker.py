@@ -272,7 +272,7 @@ def time_round(payload: dict, device: torch.device) -> dict:
     calls = TimedCalls(timed, p.watch(device), device,
                        lambda i: (None, inputs_for(module, seed, ("timing", i), precision,
                                                    device)),
-                       {calls_r[-1]}, len(calls_r))
+                       {calls_r[-1]}, len(calls_r), candidate=False)
     with torch.no_grad():
         for i in range(1 + (settings.warmup if r == 0 else 0)):
             calls.call(*calls.args(-1 - i))
