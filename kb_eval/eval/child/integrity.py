@@ -17,9 +17,10 @@ candidate, after building the model, after each correctness call, after each rou
 timed calls and at the end; any change becomes a `tampered` flag (error). After every
 timed call (outside the timed region) it checks the part a timer relies on
 (`changes(timer_only=True)`: the clocks, events, synchronizes, our timing modules and the
-numerics switches), a tenth of the full check's work: on the H100 the full check between
-calls (0.8 ms of Python) cooled the host's caches enough to slow a reference copy's next
-launch by 30-60 us, so host-bound copies timed slower than the reference itself.
+numerics switches, compared by identity), a tenth of the full check's work or less: on
+the H100 the full check between calls slowed the next call's launches by 20-65 us (BERT-
+sized problems, one model timed in one process with and without it), and both sides'
+timings now pay for what runs between calls (calls.py).
 
 This is a tripwire, not a wall: code in the same process can also patch the checker, race
 it from another thread, or tamper natively (ctypes, C++). The defenses that do not trust
@@ -201,7 +202,7 @@ class Snapshot:
                 cls = getattr(sys.modules[module], cls_name)
                 steps += [(vars(cls), k, v) for k, v in vars(cls).items()
                           if not k.startswith("__") or k in ("__init__", "__call__", "__new__")]
-        except (AttributeError, KeyError):
+        except (AttributeError, KeyError, TypeError):  # TypeError: a step without vars()
             return None
         funcs = [f for f in (_inner(v) for _, _, v in steps) if f is not None]
         return steps, funcs, sys.gettrace(), sys.getprofile(), _numerics()
