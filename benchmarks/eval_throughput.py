@@ -343,6 +343,8 @@ def main() -> int:
     p.add_argument("--warm-only", action="store_true", help="keep --workdir's build cache "
                    "from an earlier run and time only the warm pass (e.g. again with "
                    "another --lane-depth, to compare verdicts and speedups)")
+    p.add_argument("--cold-only", action="store_true", help="time only the cold pass (e.g. "
+                   "to compare executors' builds)")
     p.add_argument("--records", type=Path, default=None, help="write each sample's key, "
                    "status, speedup and speedup_ci per pass to this JSON file (two such "
                    "files: benchmarks/compare_records.py)")
@@ -363,6 +365,8 @@ def main() -> int:
               f"{ray.cluster_resources()}", flush=True)
 
     gpu = args.backend == "cuda"
+    if args.warm_only and args.cold_only:
+        sys.exit("eval_throughput: --warm-only and --cold-only exclude each other")
     if args.warm_only and args.workdir is None:
         sys.exit("eval_throughput: --warm-only needs the --workdir of an earlier run")
     root = args.workdir or Path(tempfile.mkdtemp(prefix="kb_eval_bench_"))
@@ -394,7 +398,7 @@ def main() -> int:
           f"{args.jobs} build jobs, {args.correct_trials} correctness trials, "
           f"{args.trials} timed calls; cache {config.cache_dir}", flush=True)
     cold = [] if args.warm_only else one_pass("cold cache", pairs, config, devices)
-    warm = one_pass("warm cache", pairs, config, devices)
+    warm = [] if args.cold_only else one_pass("warm cache", pairs, config, devices)
     if args.records:
         write_records(args.records, {"cold": cold, "warm": warm}, args)
     ok = all(r.status == "correct" for r in cold + warm)

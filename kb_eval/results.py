@@ -192,6 +192,10 @@ class BuildInfo(BaseModel):
     # crashed | timeout | oom | output_flood
     status: str = "ok"
     seconds: float = 0.0
+    # Seconds the build pool spent calling the model once on meta inputs, so that a
+    # compile the candidate starts inside a function runs here, not on the device lane
+    # (kb_eval/eval/schedule/first_call.py); None when not tried.
+    first_call_s: float | None = None
 
 
 class LaunchCounts(BaseModel):

@@ -40,6 +40,8 @@ from pathlib import Path
 
 from kb_eval.eval.judge.crashes import crash_info, status_of
 from kb_eval.eval.schedule import pch
+# call_on_meta is named here so that its children are the build's spares (same module).
+from kb_eval.eval.schedule.first_call import call_on_meta, compiles_lazily  # noqa: F401
 from kb_eval.isolation import BUILD_POLL_S, ChildOutcome, run_isolated
 from kb_eval.results import BuildInfo, CrashInfo, write_json_atomic
 
@@ -250,7 +252,9 @@ class Builder:
         """The compiler front's PCH folder ("" without the front)."""
         return self.env.get("KB_PCH_DIR", "")
 
-    def build(self, source: str, workdir: Path) -> BuildOutcome:
+    def build(self, source: str, workdir: Path, first_call: dict | None = None) -> BuildOutcome:
+        """The source's build, from the cache or made now. `first_call` (problem_code,
+        precision): also run a lazy compile ahead (first_call.py) after a fresh build."""
         key = cache_key(source, self.fingerprint)
         ext_dir = self.root / key
         with self._lock(key):
@@ -264,7 +268,21 @@ class Builder:
             if not needs_build(source):
                 return BuildOutcome(BuildInfo(cache_key=key, status="skipped"), str(ext_dir))
             ext_dir.mkdir(parents=True, exist_ok=True)
-            return self._build_twice_at_most(source, key, ext_dir, workdir)
+            outcome = self._build_twice_at_most(source, key, ext_dir, workdir)
+            if first_call and outcome.info.status == "ok" and compiles_lazily(source):
+                outcome.info.first_call_s = self._first_call(source, first_call, ext_dir,
+                                                             workdir)
+            return outcome
+
+    def _first_call(self, source: str, first_call: dict, ext_dir: Path,
+                    workdir: Path) -> float:
+        """Seconds of the lazy-compile call (first_call.py); its outcome is ignored."""
+        payload = {**first_call, "source": source, "extensions_dir": str(ext_dir)}
+        out = run_isolated("kb_eval.eval.schedule.build:call_on_meta", payload,
+                           workdir=workdir / "first_call", timeout_s=self.timeout_s,
+                           mem_limit_mb=self.mem_limit_mb, env=self.env, prewarm=True,
+                           poll_s=BUILD_POLL_S)
+        return round(out.wall_s, 3)
 
     def _build_twice_at_most(self, source: str, key: str, ext_dir: Path,
                              workdir: Path) -> BuildOutcome:

@@ -31,6 +31,7 @@ from typing import Iterator
 
 from kb_eval.eval.schedule.build import BuildOutcome, Builder, source_sha256
 from kb_eval.eval.schedule.context import EvalContext
+from kb_eval.eval.schedule.first_call import first_call_payload
 from kb_eval.eval.schedule.overlap import DeviceSlots
 from kb_eval.eval.schedule.reaper import sweep_escapees
 from kb_eval.eval.judge.references import ReferenceStore
@@ -152,7 +153,8 @@ class EvalPool(RecordStream):
             t.start()
 
     def build_one(self, task: SampleTask) -> BuildOutcome:
-        return self.builder.build(task.source, task.workdir / "build")
+        return self.builder.build(task.source, task.workdir / "build",
+                                  first_call_payload(self.ctx, task))
 
     # ---------------------------------------------------------------- devices
     def _device_loop(self, device: str) -> None:

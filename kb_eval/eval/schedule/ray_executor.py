@@ -41,6 +41,7 @@ from kb_eval.errors import UserError
 from kb_eval.ray_cluster import NAMESPACE, connect
 from kb_eval.eval.schedule.build import BuildOutcome, cache_key
 from kb_eval.eval.schedule.context import EvalContext
+from kb_eval.eval.schedule.first_call import first_call_payload
 from kb_eval.eval.schedule.pool import _STOP, RecordStream
 from kb_eval.eval.schedule.ray_lane import Lane, ProblemFacts, build_on_node
 from kb_eval.eval.schedule.retry import unjudged
@@ -109,7 +110,8 @@ class RayPool(RecordStream):
         with self._lock:
             lock = self._key_locks.setdefault(key, threading.Lock())
         with lock:
-            ref = self.build_task.remote(self.spec, task.source, str(task.workdir / "build"))
+            ref = self.build_task.remote(self.spec, task.source, str(task.workdir / "build"),
+                                         first_call_payload(self.ctx, task))
             return self.ray.get(ref)
 
     # ---------------------------------------------------------------- lanes

@@ -81,7 +81,8 @@ def shared_cache_error(spec: dict) -> str | None:
             f"path every node mounts (see README, 'On a Ray cluster')")
 
 
-def build_on_node(spec: dict, source: str, workdir: str) -> BuildOutcome:
+def build_on_node(spec: dict, source: str, workdir: str,
+                  first_call: dict | None = None) -> BuildOutcome:
     """A Ray task: build one source into the shared cache (the local pool's Builder)."""
     why = shared_cache_error(spec)
     if why:
@@ -91,7 +92,7 @@ def build_on_node(spec: dict, source: str, workdir: str) -> BuildOutcome:
                       env=spec["build_env"], timeout_s=cfg.build_timeout_s,
                       mem_limit_mb=cfg.mem_limit_mb)
     try:
-        return builder.build(source, Path(workdir))
+        return builder.build(source, Path(workdir), first_call)
     finally:
         if not cfg.keep_workdirs:
             shutil.rmtree(workdir, ignore_errors=True)
