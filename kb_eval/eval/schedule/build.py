@@ -276,7 +276,9 @@ class Builder:
 
     def _first_call(self, source: str, first_call: dict, ext_dir: Path,
                     workdir: Path) -> float:
-        """Seconds of the lazy-compile call (first_call.py); its outcome is ignored."""
+        """Seconds of the lazy-compile call (first_call.py); its outcome is ignored. It
+        has a build's time, not the run child's load budget: niced among other builds, a
+        compile can take longer than on the lane, and a kill would waste it."""
         payload = {**first_call, "source": source, "extensions_dir": str(ext_dir)}
         out = run_isolated("kb_eval.eval.schedule.build:call_on_meta", payload,
                            workdir=workdir / "first_call", timeout_s=self.timeout_s,

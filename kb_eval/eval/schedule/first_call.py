@@ -1,6 +1,6 @@
 """Lazy compiles moved into the build pool: one call of the candidate on meta tensors.
 
-Many generated candidates call `load_inline` inside `__init__` or on their first
+Some generated candidates call `load_inline` inside `__init__` or on their first
 `forward`, not at import. The build child (import only) then compiles nothing, and the
 compile runs in the run child, on the device lane: on the H100, such candidates of the
 throughput corpus held the lane 63-65 s each in `child_correctness`, the GPU idle.
