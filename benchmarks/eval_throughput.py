@@ -264,6 +264,10 @@ def one_pass(label: str, pairs, config: EvalConfig, devices: int = 1) -> list:
     if builds:
         print(f"  build child seconds: median {statistics.median(builds):.1f}, "
               f"max {max(builds):.1f}, sum {sum(builds):.0f}")
+    ahead = [r.build.first_call_s for r in records if r.build and r.build.first_call_s]
+    if ahead:  # lazy compiles run in the build pool (kb_eval/eval/schedule/first_call.py)
+        print(f"  lazy compiles run ahead: {len(ahead)}, median "
+              f"{statistics.median(ahead):.1f} s, sum {sum(ahead):.0f} s")
     if speedups:
         print(f"  speedup median {statistics.median(speedups):.2f}x "
               f"(min {min(speedups):.2f}, max {max(speedups):.2f})")
@@ -393,8 +397,10 @@ def main() -> int:
                         load_budget_s=args.load_budget, call_budget_s=args.call_budget,
                         **executor)
     devices = ray_devices(gpu) if executor else torch.cuda.device_count() if gpu else 1
-    print(f"{args.n} distinct {args.backend} candidates over {len(PROBLEMS)} problems, "
-          f"executor {args.executor}, "
+    what = (f"{len(pairs)} candidates of {args.corpus} over "
+            f"{len({p.key for p, _, _ in pairs})} problems of {args.source}" if args.corpus
+            else f"{args.n} distinct {args.backend} candidates over {len(PROBLEMS)} problems")
+    print(f"{what}, executor {args.executor}, "
           f"{args.jobs} build jobs, {args.correct_trials} correctness trials, "
           f"{args.trials} timed calls; cache {config.cache_dir}", flush=True)
     cold = [] if args.warm_only else one_pass("cold cache", pairs, config, devices)
