@@ -55,7 +55,7 @@ def time_model(model: Callable, module: ModuleType, secret: int, precision: str,
     def draw(i: int) -> tuple[None, list]:
         return None, inputs_for(module, secret, ("timing", i), precision, device)
 
-    n_calls = settings.trials + (1 if settings.discard_first else 0)
+    n_calls = settings.n_calls
     calls = TimedCalls(model, Watch(device), device, draw, round_ends([], n_calls), n_calls,
                        candidate=False)
     with torch.no_grad():

@@ -37,6 +37,11 @@ class TimingSettings(BaseModel):
     method: str = Field("cuda_events+l2flush+devsync", description="recorded with results; "
                         "speedups refuse to mix methods")
 
+    @property
+    def n_calls(self) -> int:
+        """The timed calls made: `trials`, and the discarded first one when there is one."""
+        return self.trials + (1 if self.discard_first else 0)
+
 
 def method_for(device_type: str, flush_l2: bool = True) -> str:
     """What `method` says for timings taken on this kind of device: a CPU clock is not CUDA
@@ -129,7 +134,7 @@ def time_callable(fn: Callable[..., Any], settings: TimingSettings | None = None
     args = args_for_trial or (lambda i: ())
     for i in range(settings.warmup):
         fn(*args(-1 - i))
-    n = settings.trials + (1 if settings.discard_first else 0)
+    n = settings.n_calls
     timer = timer_for(device, settings.flush_l2)
     take_launch_ms(timer)
     samples = time_calls(fn, range(n), timer, args, on_output)

@@ -273,7 +273,7 @@ def _time_candidate(model, module, payload: dict, workdir: Path, device: torch.d
     settings = TimingSettings.model_validate(payload["timing"])
     dtype = precision_dtype(payload["precision"])
     rounds = paired_rounds(settings) if payload.get("paired") else []
-    n_calls = settings.trials + (1 if settings.discard_first else 0)
+    n_calls = settings.n_calls
     # Which timed calls are re-checked is drawn after each call returns (selection
     # sampling), so the candidate cannot know in advance which calls count.
     out_bytes = seen.get("correct_0", {}).get("bytes")

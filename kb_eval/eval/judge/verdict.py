@@ -58,7 +58,7 @@ def trials_for(asked: int, out_bytes: int | None) -> int:
 def labels_to_check(cfg, saved: object, correct_trials: int | None = None) -> list[str]:
     """Every correctness trial (decided here, not by the child), plus the re-checked timed
     calls the child reports, if well-formed, one per call, no more than were asked for."""
-    n_calls = cfg.timing.trials + (1 if cfg.timing.discard_first else 0)
+    n_calls = cfg.timing.n_calls
     by_call: dict[int, str] = {}
     for s in sorted(saved if isinstance(saved, list) else [], key=str):
         if (isinstance(s, str) and (m := TIMED_LABEL.fullmatch(s)) and int(m.group(1)) < n_calls
@@ -70,8 +70,7 @@ def labels_to_check(cfg, saved: object, correct_trials: int | None = None) -> li
 
 
 def expected_rechecks(cfg, metrics: dict | None) -> int:
-    n_calls = cfg.timing.trials + (1 if cfg.timing.discard_first else 0)
-    return recheck_count(cfg.recheck_timed, n_calls, (metrics or {}).get("out_bytes"))
+    return recheck_count(cfg.recheck_timed, cfg.timing.n_calls, (metrics or {}).get("out_bytes"))
 
 
 def judge_sample(ctx: EvalContext, problem: Problem, source: str, n_correct: int,
