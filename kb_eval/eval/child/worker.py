@@ -15,7 +15,8 @@ kb_eval/eval/judge/reference_worker.py).
   calls.py); Python threads the candidate left are listed.
 
 The outputs are saved as `<label>.out` (kb_eval/eval/wire/outputs.py: raw tensors, no pickle),
-read and judged on the reference side once this child has ended. Seeds come in derived
+or copied into the reference server's buffers on the GPU with only a header in that file
+(wire/device.py), and judged on the reference side once this child has ended. Seeds come in derived
 (never the run's secret). A `phase` file tells the parent where a child that died was;
 before the shape probe (the one step that may legitimately crash a kernel written for
 fixed sizes) the result so far is written to `before_probe.json`.
@@ -35,7 +36,7 @@ import torch.utils.cpp_extension  # noqa: F401
 
 from kb_eval import clocks
 from kb_eval.devlock import DeviceLock
-from kb_eval.eval.wire import outputs
+from kb_eval.eval.wire import device as device_wire, outputs
 from kb_eval.eval.child.calls import TimedCalls, Watch, round_ends
 from kb_eval.eval.child.observe import OutputTypeError, aliased_inputs, observe, output_tensors
 from kb_eval.eval.child.paired import time_paired
@@ -66,9 +67,14 @@ def mark(workdir: Path, step: str) -> None:
 
 
 _STAGING = outputs.Staging()  # one pinned host buffer for every output this child saves
+_SLOTS: list[device_wire.Slots] = []  # the server's buffers for this sample, if it gave any
 
 
 def save_outputs(workdir: Path, label: str, tensors: list[torch.Tensor]) -> None:
+    """Into the server's next buffer on the device when there is one they fit, else to
+    a file."""
+    if _SLOTS and _SLOTS[0].put(workdir / f"{label}.out", tensors):
+        return
     outputs.write(workdir / f"{label}.out", tensors, _STAGING)
 
 
@@ -124,6 +130,8 @@ def run_candidate(payload: dict, workdir: Path) -> dict:
     if payload.get("paired"):  # who the parent stops while it times the reference
         (Path(payload["paired"]["dir"]) / "pid").write_text(str(os.getpid()))
     use_build_dirs(payload)
+    if payload.get("exchange"):
+        _SLOTS.append(device_wire.Slots(payload["exchange"], device))
     module, init = load_problem(payload["problem_code"], precision, device)
     ref_state = reference_model(module, copy_tree(init), precision, device).state_dict()
     # Drawn before candidate code exists in this process, so it cannot steer them, and

@@ -67,13 +67,15 @@ def resolve_tolerance(precision: str, atol: float | None, rtol: float | None, ru
 
 def judge_file(path: Path, refs: list[torch.Tensor], atol: float, rtol: float,
                staging: outputs.Staging | None = None,
-               truths: list[torch.Tensor] | None = None) -> dict:
+               truths: list[torch.Tensor] | None = None,
+               slots: list[torch.Tensor] | None = None) -> dict:
     """Compare the candidate's file for one call with the reference's outputs of it
-    (read through `staging`, a pinned buffer, when the reference is on a GPU), and with
-    their float64 truth when given (`f64` in the result)."""
+    (read through `staging`, a pinned buffer, when the reference is on a GPU; or in the
+    sample's `slots` when the file is a header for one of them), and with their float64
+    truth when given (`f64` in the result)."""
     ref_bytes = sum(t.numel() * t.element_size() for t in refs)
     try:
-        outs = outputs.read(path, 4 * ref_bytes + (1 << 20), staging)
+        outs = outputs.read(path, 4 * ref_bytes + (1 << 20), staging, slots)
     except outputs.OutputsUnreadable as e:
         d = Diff(False, str(e)).as_dict()
         return {**d, "f64": {"ok": False, "error": d["error"]}} if truths is not None else d

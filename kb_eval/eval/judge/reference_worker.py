@@ -2,7 +2,7 @@
 
 `compare_sample` runs in an `isolation.Server` (no candidate code ever runs in that
 process; it only reads the candidate's output files, kb_eval/eval/wire/outputs.py, which hold
-no code). Per sample it runs `Model` on the labels asked (correctness trials, the shape
+no code, or the device buffers it exported for the sample, wire/device.py). Per sample it runs `Model` on the labels asked (correctness trials, the shape
 probe, timed calls by the candidate's seeds) and compares each output with the candidate's
 file for that label, on the device. Reference outputs never touch the disk.
 
@@ -34,7 +34,7 @@ from types import ModuleType
 
 import torch
 
-from kb_eval.eval.wire import outputs
+from kb_eval.eval.wire import device as device_wire, outputs
 from kb_eval.eval.judge.correctness import judge_file, resolve_tolerance
 from kb_eval.eval.child.calls import TimedCalls, Watch
 from kb_eval.eval.child.observe import observe, output_tensors
@@ -93,6 +93,8 @@ class Problem:
 
 _LOADED: OrderedDict[str, Problem] = OrderedDict()
 _STAGING = outputs.Staging()  # candidates' files are read into it, then copied to the GPU
+# Per sample in flight (its run folder): the buffers its child copies outputs into (GPU).
+_EXCHANGES: dict[str, device_wire.Exported] = {}
 
 
 def _problem(payload: dict, device: torch.device) -> Problem:
@@ -197,12 +199,44 @@ def _float64_truth(p: Problem, inputs: list, precision: str,
 
 def compare_sample(payload: dict, workdir: Path) -> dict:
     """`Model` on payload["labels"], each output compared with the candidate's file for
-    that label in payload["compare"]["folder"] (the candidate child has ended)."""
+    that label in payload["compare"]["folder"] (the candidate child has ended), or with
+    the buffer the file's header names (payload["compare"]["exchange"]: the sample's key,
+    its buffers freed after). Also the server's other calls, by payload key."""
     device = torch.device(payload["device"])
     if payload.get("plan"):
         return plan_problem(payload, device)
     if payload.get("time_calls"):
         return time_round(payload, device)
+    if payload.get("export"):
+        return export_buffers(payload["export"], device)
+    if payload.get("exchange_free"):
+        return free_buffers(payload["exchange_free"])
+    key = payload["compare"].get("exchange")
+    if key is not None and key not in _EXCHANGES:  # this server is not the one that
+        return {"exchange_lost": True}  # exported them (it was started again)
+    try:
+        return _compare(payload, device,
+                        _EXCHANGES[key].views() if key is not None else None)
+    finally:
+        free_buffers(key)
+
+
+def export_buffers(spec: dict, device: torch.device) -> dict:
+    """Buffers for one sample's outputs (wire/device.py), kept until free_buffers."""
+    free_buffers(spec["key"])  # a retry of the same sample
+    _EXCHANGES[spec["key"]] = exported = device_wire.Exported(int(spec["n"]),
+                                                              int(spec["bytes"]), device)
+    return {"handles": exported.handles, "bytes": exported.nbytes}
+
+
+def free_buffers(key: str | None) -> dict:
+    exported = _EXCHANGES.pop(key, None) if key is not None else None
+    if exported is not None:
+        exported.free()
+    return {}
+
+
+def _compare(payload: dict, device: torch.device, slots: list[torch.Tensor] | None) -> dict:
     inject_fault("reference_kill")
     p = _problem(payload, device)
     compare = payload["compare"]
@@ -228,7 +262,7 @@ def compare_sample(payload: dict, workdir: Path) -> dict:
         diffs[name] = judge_file(Path(compare["folder"]) / f"{name}.out", refs,
                                  tol["atol"], tol["rtol"],
                                  _STAGING if device.type == "cuda" else None,
-                                 truth if isinstance(truth, list) else None)
+                                 truth if isinstance(truth, list) else None, slots)
         if isinstance(truth, str):
             diffs[name]["f64_skipped"] = truth
         truth = None  # a timed call's truth is not kept: freed before the next label

@@ -20,6 +20,7 @@ import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kb_eval.eval.judge.crashes import crash_info
 from kb_eval.eval.schedule.context import EvalContext, is_cpu
@@ -29,6 +30,9 @@ from kb_eval.problems import Problem
 from kb_eval.results import CrashInfo
 from kb_eval.devlock import device_lock
 from kb_eval.timing import TimingStats
+
+if TYPE_CHECKING:
+    from kb_eval.eval.schedule.exchange import Exchange
 
 
 @dataclass
@@ -57,6 +61,7 @@ class MemoryPlan:
     out_bytes: int | None = None  # one call's outputs (sizes how many are checked)
     reason: str | None = None  # set: too large to judge here
     truth_reason: str | None = None  # set: no room for the float64 truth (KernelBench rule)
+    truth_bytes: int | None = None  # what computing one label's float64 truth needs
 
     @property
     def fits(self) -> bool:
@@ -92,6 +97,8 @@ def make_plan(sizes: dict, baseline_peak: int | None, mem_limit_mb: int | None) 
         if truth > free:
             plan.truth_reason = (f"no room for the float64 truth: it needs {gib(truth)}, "
                                  f"{gib(free)} {where}")
+        else:
+            plan.truth_bytes = truth
     return plan
 
 
@@ -103,6 +110,7 @@ class ReferenceRun:
     seen: dict[str, dict] = field(default_factory=dict)
     diffs: dict[str, dict] = field(default_factory=dict)
     tolerance: dict = field(default_factory=dict)  # atol, rtol, rule, source (the server's)
+    exchange_lost: bool = False  # the server was started again: the sample's buffers died
 
     @property
     def error(self) -> str | None:
@@ -153,11 +161,24 @@ class ReferenceStore:
                       f"{device}: {state.plan.reason}", file=sys.stderr)
             return state.plan
 
+    def export(self, device: str, key: str, n: int, nbytes: int) -> dict | None:
+        """`n` buffers of `nbytes` on `device` for one sample's outputs (wire/device.py):
+        {"handles", "bytes"} for the child's payload, or None (files then) when the
+        server could not allocate them."""
+        out = self._call(device, {"export": {"key": key, "n": n, "bytes": nbytes},
+                                  "device": self.ctx.torch_device(device)})
+        return out.result if out.ok and (out.result or {}).get("handles") else None
+
+    def free_exchange(self, device: str, key: str) -> None:
+        """The sample's buffers freed (a comparison frees them itself)."""
+        self._call(device, {"exchange_free": key, "device": self.ctx.torch_device(device)})
+
     def compare(self, problem: Problem, labels: list[str], folder: Path,
-                device: str) -> ReferenceRun:
+                device: str, exchange: Exchange | None = None) -> ReferenceRun:
         """Run the reference on `labels` and compare with the candidate's files in
-        `folder`. The first run of a problem (it also measures once-per-problem figures)
-        runs alone; later ones may run side by side on several devices."""
+        `folder` (and the buffers exported under the key `exchange`, then freed). The
+        first run of a problem (it also measures once-per-problem figures) runs alone;
+        later ones may run side by side on several devices."""
         state = self._state(problem)
         with state.lock:
             if state.error and state.harness:  # the server died last time: try again
@@ -167,19 +188,22 @@ class ReferenceStore:
                 return ReferenceRun(state)
             first = state.metrics is None or (self.ctx.config.live_baseline and not state.timed)
             if first:
-                return self._run(problem, state, labels, folder, device)
-        return self._run(problem, state, labels, folder, device)
+                return self._run(problem, state, labels, folder, device, exchange)
+        return self._run(problem, state, labels, folder, device, exchange)
 
     def _run(self, problem: Problem, state: ReferenceState, labels: list[str], folder: Path,
-             device: str) -> ReferenceRun:
+             device: str, exchange: Exchange | None = None) -> ReferenceRun:
         cfg = self.ctx.config
+        if exchange is not None:
+            exchange.sent = True  # the server frees the buffers once it compared
         want_timing = cfg.live_baseline and not state.timed
         truth = state.plan is None or state.plan.truth_reason is None
         payload = {"problem_code": problem.code, "device": self.ctx.torch_device(device),
                    "precision": cfg.precision, "seed": self.ctx.problem_seed(problem),
                    "labels": [parse_label(lb) for lb in labels],
                    "compare": {"folder": str(folder), "atol": cfg.atol, "rtol": cfg.rtol,
-                               "rule": cfg.tolerance, "truth": truth},
+                               "rule": cfg.tolerance, "truth": truth,
+                               "exchange": exchange.key if exchange else None},
                    "timing": cfg.timing.model_dump() if want_timing else None,
                    "baseline_mode": cfg.baseline_mode,
                    "metrics": state.metrics is None,
@@ -197,6 +221,8 @@ class ReferenceStore:
                 state.crash = crash_info("reference", out)
             return ReferenceRun(state)
         result = out.result or {}
+        if result.get("exchange_lost"):
+            return ReferenceRun(state, exchange_lost=True)
         if result.get("metrics") is not None and state.metrics is None:
             state.metrics = result["metrics"]
         if want_timing:

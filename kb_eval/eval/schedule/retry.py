@@ -8,6 +8,7 @@ from kb_eval.eval.judge.references import MemoryPlan, ReferenceStore
 from kb_eval.eval.judge.verdict import trials_for
 from kb_eval.eval.schedule.build import BuildOutcome
 from kb_eval.eval.schedule.context import EvalContext
+from kb_eval.eval.schedule.exchange import exchange_bytes
 from kb_eval.eval.schedule.overlap import DeviceSlots
 from kb_eval.eval.schedule.sample import SampleTask, evaluate_once, finish, new_record
 from kb_eval.problems import reference_copy
@@ -25,17 +26,20 @@ def evaluate_sample(ctx: EvalContext, refs: ReferenceStore, task: SampleTask,
     task.laps.lap("plan")  # the memory plan's own cost (the reference server's sizes)
     if not plan.fits:
         return finish(unjudged(ctx, task, "too_large", plan.reason, plan), task)
+    task.correct_trials = trials_for(ctx.config.correct_trials, plan.out_bytes)
+    task.out_bytes = plan.out_bytes
+    task.exchange_bytes = exchange_bytes(ctx, plan, task.correct_trials, device)
     if slots is None:
         return _evaluate_planned(ctx, refs, task, device, plan)
-    with slots.held(slots.width(plan.need_bytes, plan.free_bytes)):
+    # A sample's output buffers (exchange.py) are held beside its child: part of its need.
+    with slots.held(slots.width((plan.need_bytes or 0) + task.exchange_bytes or None,
+                                plan.free_bytes)):
         task.laps.lap("wait_slot")
         return _evaluate_planned(ctx, refs, task, device, plan)
 
 
 def _evaluate_planned(ctx: EvalContext, refs: ReferenceStore, task: SampleTask,
                       device: str, plan: MemoryPlan) -> SampleRecord:
-    task.correct_trials = trials_for(ctx.config.correct_trials, plan.out_bytes)
-    task.out_bytes = plan.out_bytes
     record = evaluate_once(ctx, refs, task, device)
     record.memory.update(reference_need=plan.need_bytes, free=plan.free_bytes)
     why = harness_suspect(record)

@@ -19,6 +19,7 @@ from kb_eval.eval.judge.references import ReferenceStore
 from kb_eval.eval.judge.verdict import child_failure, judge_sample, labels_to_check
 from kb_eval.eval.schedule.build import BuildOutcome, source_sha256
 from kb_eval.eval.schedule.context import EvalContext, is_cpu
+from kb_eval.eval.schedule.exchange import Exchange, checked_calls, exchange_for
 from kb_eval.eval.schedule.overlap import Budgets
 from kb_eval.eval.schedule.pairing import finish_pairing, start_pairing
 from kb_eval.eval.schedule.reaper import sweep_escapees
@@ -43,6 +44,7 @@ class SampleTask:
     correct_trials: int | None = None  # set by the memory plan (large outputs: fewer)
     out_bytes: int | None = None  # one call's outputs, from the plan
     scratch: Path | None = None  # the candidate's run folder when it is not in workdir
+    exchange_bytes: int = 0  # outputs handed over on the device: its buffers' size (plan)
 
 
 def new_record(ctx: EvalContext, task: SampleTask) -> SampleRecord:
@@ -92,12 +94,25 @@ def _crashed(record: SampleRecord, out: ChildOutcome, phase: str) -> None:
 def evaluate_once(ctx: EvalContext, refs: ReferenceStore, task: SampleTask,
                   device: str) -> SampleRecord:
     """The candidate child, then the reference server that compares its outputs; then
-    the rules."""
+    the rules. The outputs go through buffers on the device when the plan made room for
+    them (exchange.py), else through files."""
+    n = checked_calls(ctx, _trials(ctx.config, task), task.out_bytes)
+    with exchange_for(refs, device, str(task.workdir), n, task.out_bytes,
+                      task.exchange_bytes > 0) as exchange:
+        if exchange is not None:
+            task.laps.lap("export")
+        return _evaluate(ctx, refs, task, device, exchange)
+
+
+def _evaluate(ctx: EvalContext, refs: ReferenceStore, task: SampleTask, device: str,
+              exchange: Exchange | None) -> SampleRecord:
     cfg = ctx.config
     record = new_record(ctx, task)
     record.build = task.build.info
     run_dir = run_folder(ctx, task)
     payload = _payload(ctx, task, device)
+    if exchange is not None:
+        payload["exchange"] = exchange.spec
     pairing = start_pairing(ctx, refs, task.problem, device, run_dir, payload)
     window = _WINDOWS.begin()
     # The budgets enforce the run timeout less the time queued for the timing lock (at
@@ -132,8 +147,13 @@ def evaluate_once(ctx: EvalContext, refs: ReferenceStore, task: SampleTask,
         return finish(child_failure(record, result), task)
     labels = labels_to_check(cfg, result.get("saved"), _trials(cfg, task))
     probe = [PROBE_LABEL] if result.get("probe") == PROBE_LABEL else []
-    ref = refs.compare(task.problem, labels + probe, run_dir, device)
+    ref = refs.compare(task.problem, labels + probe, run_dir, device, exchange)
     task.laps.lap("reference")
+    if ref.exchange_lost:  # ours: the server restarted while the child ran (retried)
+        record.status = "eval_error"
+        record.error = "the reference server was started again while the candidate ran: " \
+                       "the outputs it had handed over on the device were lost"
+        return finish(record, task)
     if ref.error:
         record.status, record.error, record.detail = "reference_error", ref.error, ref.state.detail
         record.crash = ref.state.crash

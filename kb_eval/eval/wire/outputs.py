@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 MAGIC = b"KBOUT1\n"
+DEVICE_MAGIC = b"KBDEV1\n"  # a header only: the bytes are in the server's buffer (device.py)
 ALIGN = 64
 MAX_HEADER = 1 << 20
 MAX_TENSORS = 64
@@ -35,7 +36,7 @@ class OutputsUnreadable(Exception):
     pass
 
 
-def _aligned(n: int) -> int:
+def aligned(n: int) -> int:
     return -(-n // ALIGN) * ALIGN
 
 
@@ -72,18 +73,34 @@ def _write_tensor(f, t: torch.Tensor, staging: Staging) -> None:
         f.write(memoryview(host.numpy()))
 
 
+def _entries(tensors: list[torch.Tensor]) -> list[dict]:
+    return [{"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape)}
+            for t in tensors]
+
+
+def padded_bytes(tensors: list[torch.Tensor]) -> int:
+    """The bytes `tensors` take laid out one after another, each 64-byte aligned."""
+    return sum(aligned(t.numel() * t.element_size()) for t in tensors)
+
+
+def write_header(path: Path, tensors: list[torch.Tensor], slot: int) -> None:
+    """The header of outputs whose bytes were copied into the server's buffer `slot`
+    (device.py), laid out as in a file."""
+    header = json.dumps({"slot": slot, "tensors": _entries(tensors)}).encode()
+    path.write_bytes(DEVICE_MAGIC + len(header).to_bytes(8, "little") + header)
+
+
 def write(path: Path, tensors: list[torch.Tensor], staging: Staging | None = None) -> None:
     staging = staging or Staging()
-    header = json.dumps([{"dtype": str(t.dtype).removeprefix("torch."),
-                          "shape": list(t.shape)} for t in tensors]).encode()
-    start = _aligned(len(MAGIC) + 8 + len(header))
+    header = json.dumps(_entries(tensors)).encode()
+    start = aligned(len(MAGIC) + 8 + len(header))
     with open(path, "wb") as f:
         f.write(MAGIC + len(header).to_bytes(8, "little") + header)
         f.write(b"\0" * (start - f.tell()))
         for t in tensors:
             _write_tensor(f, t, staging)
             nbytes = t.numel() * t.element_size()
-            f.write(b"\0" * (_aligned(nbytes) - nbytes))
+            f.write(b"\0" * (aligned(nbytes) - nbytes))
 
 
 def _layout(header: object) -> list[tuple[torch.dtype, list[int], int]]:
@@ -104,11 +121,14 @@ def _layout(header: object) -> list[tuple[torch.dtype, list[int], int]]:
     return out
 
 
-def read(path: Path, max_bytes: int, staging: Staging | None = None) -> list[torch.Tensor]:
+def read(path: Path, max_bytes: int, staging: Staging | None = None,
+         slots: list[torch.Tensor] | None = None) -> list[torch.Tensor]:
     """The tensors of one file (CPU), or OutputsUnreadable saying what is wrong with it.
     `max_bytes` caps the file (a child must not make us read any size). With `staging`
     they are read into its pinned buffer (valid until its next use), for a fast copy to
-    a GPU."""
+    a GPU. A header-only file (write_header) gives views into its buffer of `slots` (the
+    sample's, device.py), checked against that buffer's size as a file's bytes against
+    its header."""
     name = path.name
     if path.is_symlink() or (path.exists() and not path.is_file()):
         raise OutputsUnreadable(f"{name} is not a plain file")
@@ -119,32 +139,53 @@ def read(path: Path, max_bytes: int, staging: Staging | None = None) -> list[tor
                 raise OutputsUnreadable(f"{name} is {size} bytes, far more than the "
                                         f"reference's outputs")
             head = f.read(len(MAGIC) + 8)
-            if len(head) < len(MAGIC) + 8 or head[:len(MAGIC)] != MAGIC:
+            magic = head[:len(MAGIC)]
+            if len(head) < len(MAGIC) + 8 or magic not in (MAGIC, DEVICE_MAGIC):
                 raise OutputsUnreadable(f"{name} is not an outputs file")
             n = int.from_bytes(head[len(MAGIC):], "little")
             if n > MAX_HEADER:
                 raise OutputsUnreadable(f"{name} has a header of {n} bytes")
             try:
-                layout = _layout(json.loads(f.read(n)))
+                header = json.loads(f.read(n))
             except ValueError:
                 raise OutputsUnreadable(f"{name} has a header that is not JSON") from None
-            start = _aligned(len(MAGIC) + 8 + n)
-            expected = start + sum(_aligned(b) for _, _, b in layout)
+            if magic == DEVICE_MAGIC:
+                return _in_slot(name, header, slots or [])
+            layout = _layout(header)
+            start = aligned(len(MAGIC) + 8 + n)
+            expected = start + sum(aligned(b) for _, _, b in layout)
             if size != expected:
                 raise OutputsUnreadable(f"{name} is {size} bytes, its header says {expected}")
             f.seek(start)
             data = (staging.bytes(expected - start) if staging is not None
                     else torch.empty(expected - start, dtype=torch.uint8))
             _read_into(f, data, name)
-            tensors, at = [], 0
-            for dtype, shape, nbytes in layout:
-                tensors.append(data[at:at + nbytes].view(dtype).reshape(shape))
-                at += _aligned(nbytes)
-            return tensors
+            return _views(data, layout)
     except FileNotFoundError:
         raise OutputsUnreadable(f"{name} was not written") from None
     except OSError as e:
         raise OutputsUnreadable(f"{name} is unreadable: {e.strerror}") from None
+
+
+def _in_slot(name: str, header: object, slots: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The tensors a header-only file places in one of the sample's buffers."""
+    slot = header.get("slot") if type(header) is dict else None
+    if type(slot) is not int or not 0 <= slot < len(slots):
+        raise OutputsUnreadable(f"{name} names no buffer of this sample: {str(slot)[:40]}")
+    layout = _layout(header.get("tensors"))
+    need = sum(aligned(b) for _, _, b in layout)
+    if need > slots[slot].numel():
+        raise OutputsUnreadable(f"{name} places {need} bytes in a buffer of "
+                                f"{slots[slot].numel()}")
+    return _views(slots[slot], layout)
+
+
+def _views(data: torch.Tensor, layout: list) -> list[torch.Tensor]:
+    tensors, at = [], 0
+    for dtype, shape, nbytes in layout:
+        tensors.append(data[at:at + nbytes].view(dtype).reshape(shape))
+        at += aligned(nbytes)
+    return tensors
 
 
 def _read_into(f, data: torch.Tensor, name: str) -> None:

@@ -1,0 +1,67 @@
+"""Whether a sample's outputs go to the reference server on the GPU (kb_eval/eval/wire/
+device.py) or through files, and the buffers' life from the parent's side.
+
+On a GPU, when the memory plan leaves room: one buffer per checked call (correctness
+trials, re-checked timed calls, shape probe), held by the server while the child runs and
+freed after the comparison. Room means the buffers, the child and the server's own work
+fit together: the buffers plus twice the reference's footprint (the child's inputs,
+outputs and temporaries) within 80 % of what the device offers idle, and the buffers plus
+the float64 truth's need within 90 % (the server computes it with the buffers still
+held). A KernelBench v0.2 elementwise problem (6.4 GB in, 6.4 GB out) takes four buffers,
+25.8 GB, on an 80 GB H100. Otherwise, and on a CPU, files as before.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Iterator
+
+from kb_eval.eval.child.probes import recheck_count
+from kb_eval.eval.judge.references import MemoryPlan, ReferenceStore
+from kb_eval.eval.schedule.context import EvalContext, is_cpu
+from kb_eval.eval.wire.device import slot_size
+
+MIN_OUT_BYTES = 1 << 20  # below this a file in /dev/shm costs about what a server call does
+
+
+@dataclass
+class Exchange:
+    key: str  # the sample's, unique while it is in flight
+    spec: dict  # {"handles", "bytes"}: the child's payload
+    sent: bool = False  # the comparison took them (the server frees them after it)
+
+
+def checked_calls(ctx: EvalContext, trials: int, out_bytes: int | None) -> int:
+    """Calls whose outputs the server checks: trials, re-checked timed calls, the probe."""
+    cfg = ctx.config
+    return trials + recheck_count(cfg.recheck_timed, cfg.timing.n_calls, out_bytes) + 1
+
+
+def exchange_bytes(ctx: EvalContext, plan: MemoryPlan, trials: int, device: str) -> int:
+    """The device memory a sample's buffers take, or 0 when it uses files."""
+    out = plan.out_bytes
+    if is_cpu(device) or not out or out < MIN_OUT_BYTES or not plan.free_bytes \
+            or plan.need_bytes is None:
+        return 0
+    total = checked_calls(ctx, trials, out) * slot_size(out)
+    free = plan.free_bytes
+    fits = total + 2 * plan.need_bytes <= 0.8 * free
+    if plan.truth_bytes is not None:
+        fits = fits and total + plan.truth_bytes <= 0.9 * free
+    return total if fits else 0
+
+
+@contextmanager
+def exchange_for(refs: ReferenceStore, device: str, key: str, n: int,
+                 out_bytes: int | None, use: bool) -> Iterator[Exchange | None]:
+    """The sample's buffers for the length of the block (None: files), freed at its end
+    unless a comparison took them."""
+    spec = refs.export(device, f"{os.getpid()}:{key}", n, slot_size(out_bytes)) if use else None
+    exchange = Exchange(f"{os.getpid()}:{key}", spec) if spec else None
+    try:
+        yield exchange
+    finally:
+        if exchange is not None and not exchange.sent:
+            refs.free_exchange(device, exchange.key)

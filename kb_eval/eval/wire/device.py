@@ -1,0 +1,181 @@
+"""Outputs handed over on the GPU: buffers the reference server allocates for one sample
+and the candidate's child copies its outputs into (CUDA IPC), instead of files.
+
+Why: a KernelBench v0.2 elementwise problem returns 6.4 GB per call. Through a file that
+is a device-to-host copy and a write in the child, a read and a host-to-device copy in the
+server: on the H100, 3.07 s + 2.00 s per checked call, four checked calls per sample. A
+device-to-device copy into the server's buffer took 4.4 ms.
+
+Who holds what:
+- The server allocates each buffer with the CUDA driver's own `cuMemAlloc` (not torch's
+  caching allocator, whose segments also hold other tensors: an IPC handle maps a whole
+  allocation, so the child can reach these bytes and nothing else of the server's), and
+  exports handles. It never opens a handle, so nothing a child hands over is mapped into
+  the trusted process.
+- The child opens the handles (at its first save) and copies each checked call's outputs
+  into a buffer of its own choosing; the label's `.out` file then holds only a header
+  saying which buffer and the tensors' dtypes and shapes (outputs.py checks it as it
+  checks a whole file). A call whose outputs do not fit a buffer goes to a file as before.
+- The server frees the buffers after it compared them, once the child has ended.
+The child can write into its buffers for as long as it lives, as it could rewrite its
+files: docs/GUARANTEES.md, "a forged report".
+
+Driver API through ctypes: torch exposes no IPC handle without its own reference counting
+(torch.multiprocessing), whose memory stays reserved for a consumer that was killed.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+
+import torch
+
+from kb_eval.eval.wire import outputs
+
+SLOT_ALIGN = 2 << 20  # buffers in whole 2 MiB pages: an IPC mapping never shares one
+MAX_SLOTS = 64
+
+
+class CudaError(RuntimeError):
+    pass
+
+
+class _Handle(ctypes.Structure):
+    # CUipcMemHandle: 64 opaque bytes (c_ubyte: a c_char array would stop at a zero byte)
+    _fields_ = [("reserved", ctypes.c_ubyte * 64)]
+
+
+_DRIVER = None
+
+
+def _driver() -> ctypes.CDLL:
+    global _DRIVER
+    if _DRIVER is None:
+        lib = ctypes.CDLL("libcuda.so.1")
+        ptr, u64, size = ctypes.POINTER(ctypes.c_uint64), ctypes.c_uint64, ctypes.c_size_t
+        for name, args in (("cuMemAlloc_v2", [ptr, size]), ("cuMemFree_v2", [u64]),
+                           ("cuIpcGetMemHandle", [ctypes.POINTER(_Handle), u64]),
+                           ("cuIpcOpenMemHandle_v2", [ptr, _Handle, ctypes.c_uint]),
+                           ("cuGetErrorString", [ctypes.c_int,
+                                                 ctypes.POINTER(ctypes.c_char_p)])):
+            getattr(lib, name).argtypes = args
+            getattr(lib, name).restype = ctypes.c_int
+        _DRIVER = lib
+    return _DRIVER
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        text = ctypes.c_char_p()
+        _driver().cuGetErrorString(result, ctypes.byref(text))
+        raise CudaError(f"{what}: CUDA error {result} "
+                        f"({(text.value or b'?').decode(errors='replace')})")
+
+
+def _current(device: torch.device) -> None:
+    """torch's context of `device` current on this thread (the driver calls use it)."""
+    torch.cuda.set_device(device)
+    torch.empty(1, device=device)
+
+
+def as_tensor(ptr: int, nbytes: int, device: torch.device) -> torch.Tensor:
+    """A uint8 tensor over device memory we own by pointer (no copy, not torch's)."""
+    class Raw:
+        __cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1",
+                                    "data": (ptr, False), "version": 2}
+    return torch.as_tensor(Raw(), device=device)
+
+
+def slot_size(out_bytes: int) -> int:
+    """A buffer for one call's outputs of `out_bytes`: room for every tensor's alignment
+    padding (outputs.ALIGN), in whole pages."""
+    return -(-(out_bytes + 64 * 64) // SLOT_ALIGN) * SLOT_ALIGN
+
+
+class Exported:
+    """The server's side: `n` buffers of `nbytes` on `device`, their handles (hex, for the
+    child's payload), and byte views of them for the comparison. `free` once the child
+    has ended."""
+
+    def __init__(self, n: int, nbytes: int, device: torch.device):
+        if not 0 < n <= MAX_SLOTS:
+            raise ValueError(f"{n} buffers asked, at most {MAX_SLOTS}")
+        _current(device)
+        self.device, self.nbytes, self.ptrs = device, nbytes, []
+        self.handles: list[str] = []
+        try:
+            for _ in range(n):
+                ptr = ctypes.c_uint64()
+                _check(_driver().cuMemAlloc_v2(ctypes.byref(ptr), nbytes),
+                       f"allocating {nbytes} bytes")
+                self.ptrs.append(ptr.value)
+                handle = _Handle()
+                _check(_driver().cuIpcGetMemHandle(ctypes.byref(handle), ptr.value),
+                       "exporting a buffer")
+                self.handles.append(bytes(handle).hex())
+            for view in self.views():
+                # Fresh device memory may hold what an earlier sample or the server left
+                # there (a reference output of the same trial): all-ones bytes are NaN in
+                # every float type, so a header with no copy behind it judges as wrong.
+                view.fill_(0xFF)
+        except BaseException:
+            self.free()
+            raise
+
+    def views(self) -> list[torch.Tensor]:
+        return [as_tensor(p, self.nbytes, self.device) for p in self.ptrs]
+
+    def free(self) -> None:
+        _current(self.device)
+        torch.cuda.synchronize(self.device)  # no comparison still reads them
+        for ptr in self.ptrs:
+            _driver().cuMemFree_v2(ptr)
+        self.ptrs = []
+
+
+class Slots:
+    """The child's side: the server's buffers, opened at the first use; `put` copies one
+    call's outputs into the next free one and writes the label's header file. Buffers
+    that cannot be opened mean files, as without them."""
+
+    def __init__(self, spec: dict | None, device: torch.device):
+        self.spec, self.device = spec or {}, device
+        self.buffers: list[torch.Tensor] | None = None
+        self.used = 0
+
+    def _open(self) -> list[torch.Tensor]:
+        if self.buffers is None:
+            _current(self.device)
+            self.buffers = []
+            for hexed in self.spec["handles"][:MAX_SLOTS]:
+                handle = _Handle.from_buffer_copy(bytes.fromhex(hexed))
+                ptr = ctypes.c_uint64()
+                _check(_driver().cuIpcOpenMemHandle_v2(ctypes.byref(ptr), handle, 1),
+                       "opening the server's buffer")  # 1: lazy peer access
+                self.buffers.append(as_tensor(ptr.value, int(self.spec["bytes"]),
+                                              self.device))
+        return self.buffers
+
+    def put(self, path: Path, tensors: list[torch.Tensor]) -> bool:
+        """Outputs into the next buffer, the header to `path`; False (nothing written)
+        when there is no buffer left or they do not fit (the caller writes a file)."""
+        if not self.spec or self.used >= len(self.spec.get("handles", ())):
+            return False
+        if not all(t.device.type == "cuda" for t in tensors) or \
+                outputs.padded_bytes(tensors) > int(self.spec["bytes"]):
+            return False
+        try:
+            slot = self._open()[self.used]
+        except CudaError:  # ours, never the candidate's: files for the rest of the run
+            self.spec = {}
+            return False
+        at = 0
+        for t in tensors:
+            flat = t.detach().contiguous().reshape(-1).view(torch.uint8)
+            slot[at:at + flat.numel()].copy_(flat)
+            at += outputs.aligned(flat.numel())
+        torch.cuda.synchronize(self.device)  # in the buffer before the header says so
+        outputs.write_header(path, tensors, self.used)
+        self.used += 1
+        return True

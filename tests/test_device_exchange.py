@@ -1,0 +1,183 @@
+"""Outputs handed over on the GPU (kb_eval/eval/wire/device.py, schedule/exchange.py).
+
+CPU: the header-only file's checks, with CPU tensors standing in for the server's
+buffers, and when the plan chooses buffers over files. GPU: a child process copies into
+buffers another process exported, fresh buffers hold no earlier data, and whole samples
+judged through buffers (a right and a wrong CUDA candidate, a reference copy)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from candidates import eval_kit as kit
+from kb_eval.eval import EvalConfig, evaluate
+from kb_eval.eval.judge.correctness import judge_file
+from kb_eval.eval.judge.references import MemoryPlan
+from kb_eval.eval.schedule.context import EvalContext
+from kb_eval.eval.schedule.exchange import checked_calls, exchange_bytes
+from kb_eval.eval.wire import outputs
+from kb_eval.eval.wire.device import slot_size
+from kb_eval.problems import load_problems, reference_copy
+from kb_eval.timing import TimingSettings
+
+GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+# ------------------------------------------------------------------ header-only files (CPU)
+def test_header_names_a_slot_and_the_reader_views_it(tmp_path):
+    out = [torch.arange(12, dtype=torch.float32).reshape(3, 4), torch.ones(5, dtype=torch.int64)]
+    slots = [torch.zeros(1 << 12, dtype=torch.uint8) for _ in range(2)]
+    at = 0
+    for t in out:  # what Slots.put lays out in slot 1
+        b = t.reshape(-1).view(torch.uint8)
+        slots[1][at:at + b.numel()] = b
+        at += outputs.aligned(b.numel())
+    outputs.write_header(tmp_path / "correct_0.out", out, 1)
+    got = outputs.read(tmp_path / "correct_0.out", 1 << 20, None, slots)
+    assert [g.dtype for g in got] == [torch.float32, torch.int64]
+    assert torch.equal(got[0], out[0]) and torch.equal(got[1], out[1])
+    # a view, not a copy: the comparison reads the buffer itself
+    assert got[0].untyped_storage().data_ptr() == slots[1].untyped_storage().data_ptr()
+
+
+@pytest.mark.parametrize("slot, shape, slots, why", [
+    (2, [4], 2, "names no buffer"),  # past the sample's buffers
+    (-1, [4], 2, "names no buffer"),
+    (True, [4], 2, "names no buffer"),  # JSON true is not a slot index
+    (0, [1 << 20], 2, "places"),  # more bytes than the buffer holds
+    (0, [4], 0, "names no buffer"),  # a header where the sample has no buffers (files)
+])
+def test_a_header_that_lies_is_unreadable(tmp_path, slot, shape, slots, why):
+    t = torch.zeros(shape, dtype=torch.float32)
+    outputs.write_header(tmp_path / "x.out", [t], slot)
+    with pytest.raises(outputs.OutputsUnreadable, match=why):
+        outputs.read(tmp_path / "x.out", 1 << 20, None,
+                     [torch.zeros(4096, dtype=torch.uint8)] * slots)
+
+
+def test_an_unreadable_header_judges_the_label_wrong(tmp_path):
+    outputs.write_header(tmp_path / "correct_0.out", [torch.zeros(4)], 5)
+    d = judge_file(tmp_path / "correct_0.out", [torch.zeros(4)], 1e-4, 1e-4, None, None,
+                   [torch.zeros(4096, dtype=torch.uint8)])
+    assert d["ok"] is False and "names no buffer" in d["error"]
+
+
+# ------------------------------------------------------------------ the plan's choice (CPU)
+def _ctx(tmp_path) -> EvalContext:
+    return EvalContext.create(EvalConfig(backend="cpp", results_dir=tmp_path))
+
+
+GB = 10 ** 9
+
+
+@pytest.mark.parametrize("device, out, need, free, truth, used", [
+    ("cuda:0", 6.4, 12.8, 79, 38.4, True),  # KernelBench v0.2 elementwise on an H100
+    ("cpu", 6.4, 12.8, 79, 38.4, False),  # a CPU: files
+    ("cuda:0", 0.0005, 0.001, 79, 0.003, False),  # small outputs: files
+    ("cuda:0", 8.6, 25.8, 79, 77.0, False),  # no room beside the float64 truth
+    ("cuda:0", 8.6, 25.8, 79, None, False),  # no room beside the child (no truth planned)
+    ("cuda:0", 1.0, 2.0, 79, None, True),
+])
+def test_buffers_only_where_the_plan_has_room(tmp_path, device, out, need, free, truth, used):
+    ctx = _ctx(tmp_path)
+    plan = MemoryPlan(need_bytes=int(need * GB), free_bytes=int(free * GB),
+                      out_bytes=int(out * GB), truth_bytes=None if truth is None else int(truth * GB))
+    got = exchange_bytes(ctx, plan, 2, device)
+    n = checked_calls(ctx, 2, plan.out_bytes)
+    assert got == (n * slot_size(plan.out_bytes) if used else 0)
+    if used:  # two trials, the re-checks 4 GiB allow (at least one), the probe
+        assert n == 2 + max(1, min(ctx.config.recheck_timed, (4 << 30) // plan.out_bytes)) + 1
+
+
+# ------------------------------------------------------------------ on a GPU
+CHILD = textwrap.dedent("""
+    import json, sys, torch
+    from pathlib import Path
+    from kb_eval.eval.wire.device import Slots
+    spec = json.loads(sys.argv[1])
+    slots = Slots(spec, torch.device("cuda:0"))
+    x = torch.arange(1 << 20, dtype=torch.float32, device="cuda")
+    print(slots.put(Path(sys.argv[2]) / "a.out", [x]),
+          slots.put(Path(sys.argv[2]) / "b.out", [x, x[:10] * 2]),
+          slots.put(Path(sys.argv[2]) / "c.out", [x]))  # no third buffer: False
+""")
+
+
+@pytest.mark.gpu
+@GPU
+def test_a_child_copies_into_buffers_the_server_exported(tmp_path):
+    from kb_eval.eval.wire.device import Exported
+
+    exported = Exported(2, slot_size(8 << 20), torch.device("cuda:0"))
+    try:
+        views = exported.views()
+        assert all(bool(v.view(torch.float32).isnan().all()) for v in views)  # fresh: NaN
+        spec = {"handles": exported.handles, "bytes": exported.nbytes}
+        import json
+        p = subprocess.run([sys.executable, "-c", CHILD, json.dumps(spec), str(tmp_path)],
+                           capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr[-3000:]
+        assert p.stdout.split() == ["True", "True", "False"], p.stdout
+        x = torch.arange(1 << 20, dtype=torch.float32, device="cuda")
+        a = outputs.read(tmp_path / "a.out", 1 << 20, None, views)
+        b = outputs.read(tmp_path / "b.out", 1 << 20, None, views)
+        assert torch.equal(a[0], x) and torch.equal(b[0], x) and torch.equal(b[1], x[:10] * 2)
+        # a header with no copy behind it reads the fill: NaN, never a stale output
+        outputs.write_header(tmp_path / "d.out", [x], 0)
+        exported2 = Exported(1, slot_size(8 << 20), torch.device("cuda:0"))
+        assert bool(exported2.views()[0].view(torch.float32).isnan().all())
+        exported2.free()
+    finally:
+        exported.free()
+
+
+LARGE_PROBLEM = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """out = 2 * x + y, 16 MB outputs: handed over on the device"""
+
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x, y):
+        return 2 * x + y
+
+
+def get_inputs():
+    return [torch.randn(2048, 2048), torch.randn(2048, 2048)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@GPU
+def test_samples_judged_through_device_buffers(tmp_path, build_cache_dir):
+    src = tmp_path / "problems" / "level1"
+    src.mkdir(parents=True)
+    (src / "1_ScaleAddLarge.py").write_text(LARGE_PROBLEM)
+    problem = load_problems(str(tmp_path / "problems"))[0]
+    pairs = [(problem, s, kit.source_of(kit.GPU / f"level1_problem1_sample{s}.py"))
+             for s in (0, 1)] + [(problem, 2, reference_copy(problem))]
+    cfg = EvalConfig(backend="cuda", live_baseline=True, timing=TimingSettings(warmup=3, trials=20),
+                     recheck_timed=2, cache_dir=build_cache_dir, results_dir=tmp_path / "r",
+                     run_timeout_s=300, extra_env={"PATH": kit.wrapper_path()})
+    records = {r.sample: r for r in evaluate(pairs, cfg)}
+    for r in records.values():
+        assert "export" in r.phases, r.phases  # buffers, not files
+    assert records[0].status == "correct", records[0]
+    assert records[0].correctness.trials == 5 + 2
+    assert records[1].status == "incorrect" and "values beyond" in records[1].error
+    assert records[2].status == "correct", records[2]
+    shutil.rmtree(tmp_path / "r", ignore_errors=True)
