@@ -134,3 +134,19 @@ def test_a_stateful_reference_still_runs_after_its_float64_run(tmp_path):
     assert all("f64" in d and "f64_skipped" not in d for d in r["diffs"].values()), r["diffs"]
     (problem,) = reference_worker._LOADED.values()
     assert problem.model.state.dtype == torch.float32
+
+
+def test_buffers_this_server_never_exported_are_ours_to_retry(tmp_path):
+    """A comparison that names the sample's device buffers (wire/device.py) on a server
+    that does not hold them (it was started again while the child ran) answers
+    `exchange_lost` (the parent retries the sample: eval_error) and never judges the
+    candidate's files: they hold headers whose bytes died with the old server."""
+    labels = [["correct", 0]]
+    _candidate_files(tmp_path, labels, wrong={"correct_0"})
+    payload = _payload(tmp_path, labels)
+    payload["compare"]["exchange"] = "4242:/gone/sample"
+    assert reference_worker.compare_sample(payload, tmp_path) == {"exchange_lost": True}
+    assert not reference_worker._LOADED  # no reference ran
+    payload["compare"]["exchange"] = None  # files: judged as usual
+    r = reference_worker.compare_sample(payload, tmp_path)
+    assert r["diffs"]["correct_0"]["ok"] is False
