@@ -339,6 +339,8 @@ def main() -> int:
                    help="seconds per later call")
     p.add_argument("--corpus", type=Path, default=None, help="evaluate this folder of "
                    "level<L>_problem<ID>_sample<S>.py candidates instead of generated ones")
+    p.add_argument("--level", type=int, nargs="+", default=None, help="with --corpus: only "
+                   "its candidates of these KernelBench levels (e.g. --level 2)")
     p.add_argument("--source", default=str(Path(__file__).resolve().parents[2] / "shared"
                                            / "kernelbench"),
                    help="problems of --corpus (default: ../shared/kernelbench)")
@@ -371,6 +373,8 @@ def main() -> int:
     gpu = args.backend == "cuda"
     if args.warm_only and args.cold_only:
         sys.exit("eval_throughput: --warm-only and --cold-only exclude each other")
+    if args.level and not args.corpus:
+        sys.exit("eval_throughput: --level selects candidates of --corpus")
     if args.warm_only and args.workdir is None:
         sys.exit("eval_throughput: --warm-only needs the --workdir of an earlier run")
     root = args.workdir or Path(tempfile.mkdtemp(prefix="kb_eval_bench_"))
@@ -381,7 +385,10 @@ def main() -> int:
     problems_dir = write_problems(root, args.rows or (4096 if gpu else 256),
                                   args.cols or (4096 if gpu else 256))
     if args.corpus:
-        pairs = corpus_pairs(args.corpus, args.source)
+        pairs = [pair for pair in corpus_pairs(args.corpus, args.source)
+                 if args.level is None or pair[0].level in args.level]
+        if not pairs:
+            sys.exit(f"eval_throughput: no candidates of level(s) {args.level} in {args.corpus}")
     else:
         problems = {p.problem_id: p for p in load_problems(str(problems_dir))}
         pairs = []
