@@ -224,8 +224,11 @@ def compare_sample(payload: dict, workdir: Path) -> dict:
 def export_buffers(spec: dict, device: torch.device) -> dict:
     """Buffers for one sample's outputs (wire/device.py), kept until free_buffers."""
     free_buffers(spec["key"])  # a retry of the same sample
-    _EXCHANGES[spec["key"]] = exported = device_wire.Exported(int(spec["n"]),
-                                                              int(spec["bytes"]), device)
+    try:
+        exported = device_wire.Exported(int(spec["n"]), int(spec["bytes"]), device)
+    except device_wire.CudaError as e:  # no room after all: files (and this server lives)
+        return {"error": str(e)[:300]}
+    _EXCHANGES[spec["key"]] = exported
     return {"handles": exported.handles, "bytes": exported.nbytes}
 
 
