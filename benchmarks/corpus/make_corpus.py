@@ -193,7 +193,7 @@ def cuda_source(pid: int, expr: str, bad: str | None = None) -> str:
     return CUDA_SRC.format(tag=f"p{pid}", expr=expr, guard=guard, limit=limit)
 
 
-def candidates() -> dict[str, str]:
+def l1_candidates() -> dict[str, str]:
     files = {}
     for pid, (name, torch_expr, cuda_expr, triton_expr, p, bad) in OPS.items():
         head = {"p": p}
@@ -528,7 +528,7 @@ def main() -> None:
         sys.exit("usage: make_corpus.py OUT_DIR (the folder to write the candidates to)")
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
-    files = {**candidates(), **l2_candidates()}
+    files = {**l1_candidates(), **l2_candidates()}
     for name, text in files.items():
         (out / name).write_text("\n".join(ln.rstrip() for ln in text.splitlines()) + "\n")
     print(f"wrote {len(files)} candidates to {out}")
