@@ -83,16 +83,18 @@ GB = 10 ** 9
     ("cuda:0", 8.6, 25.8, 79, 77.0, False),  # no room beside the float64 truth
     ("cuda:0", 8.6, 25.8, 79, None, False),  # no room beside the child (no truth planned)
     ("cuda:0", 1.0, 2.0, 79, None, True),
+    ("cuda:0", 0.01, 0.02, 79, None, False),  # 70 trials: more buffers than MAX_SLOTS
 ])
 def test_buffers_only_where_the_plan_has_room(tmp_path, device, out, need, free, truth, used):
     ctx = _ctx(tmp_path)
     plan = MemoryPlan(need_bytes=int(need * GB), free_bytes=int(free * GB),
                       out_bytes=int(out * GB), truth_bytes=None if truth is None else int(truth * GB))
-    got = exchange_bytes(ctx, plan, 2, device)
-    n = checked_calls(ctx, 2, plan.out_bytes)
+    trials = 70 if out == 0.01 else 2
+    got = exchange_bytes(ctx, plan, trials, device)
+    n = checked_calls(ctx, trials, plan.out_bytes)
     assert got == (n * slot_size(plan.out_bytes) if used else 0)
-    if used:  # two trials, the re-checks 4 GiB allow (at least one), the probe
-        assert n == 2 + max(1, min(ctx.config.recheck_timed, (4 << 30) // plan.out_bytes)) + 1
+    if used:  # the trials, the re-checks 4 GiB allow (at least one), the probe
+        assert n == trials + max(1, min(ctx.config.recheck_timed, (4 << 30) // plan.out_bytes)) + 1
 
 
 # ------------------------------------------------------------------ on a GPU

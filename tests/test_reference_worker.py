@@ -150,3 +150,11 @@ def test_buffers_this_server_never_exported_are_ours_to_retry(tmp_path):
     payload["compare"]["exchange"] = None  # files: judged as usual
     r = reference_worker.compare_sample(payload, tmp_path)
     assert r["diffs"]["correct_0"]["ok"] is False
+
+
+def test_buffers_it_cannot_export_are_an_answer_not_a_failed_call(tmp_path):
+    """More buffers than allowed (or none to allocate): the server answers with an error,
+    the sample uses files, and the server goes on (a raised call would end it)."""
+    got = reference_worker.export_buffers({"key": "k", "n": 65, "bytes": 1 << 20},
+                                          torch.device("cpu"))
+    assert "error" in got and "k" not in reference_worker._EXCHANGES

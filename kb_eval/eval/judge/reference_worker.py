@@ -226,7 +226,8 @@ def export_buffers(spec: dict, device: torch.device) -> dict:
     free_buffers(spec["key"])  # a retry of the same sample
     try:
         exported = device_wire.Exported(int(spec["n"]), int(spec["bytes"]), device)
-    except device_wire.CudaError as e:  # no room after all: files (and this server lives)
+    except (device_wire.CudaError, ValueError) as e:  # no room, or too many: files
+        # (an answer, not a failed call: that would end this server and what it keeps)
         return {"error": str(e)[:300]}
     _EXCHANGES[spec["key"]] = exported
     return {"handles": exported.handles, "bytes": exported.nbytes}

@@ -21,7 +21,7 @@ from typing import Iterator
 from kb_eval.eval.child.probes import recheck_count
 from kb_eval.eval.judge.references import MemoryPlan, ReferenceStore
 from kb_eval.eval.schedule.context import EvalContext, is_cpu
-from kb_eval.eval.wire.device import slot_size
+from kb_eval.eval.wire.device import MAX_SLOTS, slot_size
 
 MIN_OUT_BYTES = 1 << 20  # below this a file in /dev/shm costs about what a server call does
 
@@ -45,7 +45,10 @@ def exchange_bytes(ctx: EvalContext, plan: MemoryPlan, trials: int, device: str)
     if is_cpu(device) or not out or out < MIN_OUT_BYTES or not plan.free_bytes \
             or plan.need_bytes is None:
         return 0
-    total = checked_calls(ctx, trials, out) * slot_size(out)
+    n = checked_calls(ctx, trials, out)
+    if n > MAX_SLOTS:
+        return 0
+    total = n * slot_size(out)
     free = plan.free_bytes
     fits = total + 2 * plan.need_bytes <= 0.8 * free
     if plan.truth_bytes is not None:
