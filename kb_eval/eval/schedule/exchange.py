@@ -61,8 +61,9 @@ def exchange_for(refs: ReferenceStore, device: str, key: str, n: int,
                  out_bytes: int | None, use: bool) -> Iterator[Exchange | None]:
     """The sample's buffers for the length of the block (None: files), freed at its end
     unless a comparison took them."""
-    spec = refs.export(device, f"{os.getpid()}:{key}", n, slot_size(out_bytes)) if use else None
-    exchange = Exchange(f"{os.getpid()}:{key}", spec) if spec else None
+    key = f"{os.getpid()}:{key}"
+    spec = refs.export(device, key, n, slot_size(out_bytes)) if use else None
+    exchange = Exchange(key, spec) if spec else None
     try:
         yield exchange
     finally:

@@ -89,8 +89,9 @@ def as_tensor(ptr: int, nbytes: int, device: torch.device) -> torch.Tensor:
 
 def slot_size(out_bytes: int) -> int:
     """A buffer for one call's outputs of `out_bytes`: room for every tensor's alignment
-    padding (outputs.ALIGN), in whole pages."""
-    return -(-(out_bytes + 64 * 64) // SLOT_ALIGN) * SLOT_ALIGN
+    padding (outputs.ALIGN, at most outputs.MAX_TENSORS tensors), in whole pages."""
+    padded = out_bytes + outputs.ALIGN * outputs.MAX_TENSORS
+    return -(-padded // SLOT_ALIGN) * SLOT_ALIGN
 
 
 class Exported:
