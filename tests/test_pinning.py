@@ -89,16 +89,17 @@ def test_only_gpu_timings_get_a_core_and_the_switch_turns_it_off(monkeypatch):
     assert pinning.core_for("0") is None
 
 
-def test_builds_keep_off_the_timing_cores(monkeypatch):
-    """Builds never share a core with a timing thread (a preempted device-wide wait proves
-    nothing, timing.py), and a build child takes the mask it is given (isolation/child.py)."""
+def test_builds_and_device_children_keep_off_the_timing_cores(monkeypatch):
+    """Builds and device children never share a core with a timing thread (a preempted
+    device-wide wait proves nothing, timing.py), and a child takes the mask it is given
+    (isolation/child.py)."""
     devices = ["0", "1"] if len(CORES) > 2 else ["0"]
-    cores = pinning.build_cores(devices)
+    cores = pinning.untimed_cores(devices)
     timing = {pinning.timing_core(d) for d in devices}
     assert cores == set(CORES) - timing and cores
-    assert pinning.build_cores(["cpu"]) is None  # a CPU run times on every core
+    assert pinning.untimed_cores(["cpu"]) is None  # a CPU run times on every core
     monkeypatch.setenv(pinning.SWITCH_VAR, "0")
-    assert pinning.build_cores(devices) is None
+    assert pinning.untimed_cores(devices) is None
     monkeypatch.delenv(pinning.SWITCH_VAR)
     env = {**os.environ, "KB_EVAL_CORES": str(CORES[0])}
     # child_main applies the mask first: its start-up (replaced here) sees only that core
@@ -108,3 +109,18 @@ def test_builds_keep_off_the_timing_cores(monkeypatch):
     out = subprocess.run([sys.executable, "-c", task], env=env, capture_output=True,
                          text=True, timeout=120)
     assert out.stdout.strip() == f"[{CORES[0]}]", out.stderr[-2000:]
+
+
+def test_device_children_start_off_the_timing_cores(tmp_path):
+    """With a GPU lane, every device child's environment names the untimed cores (the
+    pairing alone moves a timed main thread onto the timing core); a CPU run times on
+    every core and restricts none."""
+    from kb_eval.eval.config import EvalConfig
+    from kb_eval.eval.schedule.context import EvalContext
+    from kb_eval.isolation import CORES_VAR
+
+    ctx = EvalContext.create(EvalConfig(backend="cpp", results_dir=tmp_path))
+    assert CORES_VAR not in ctx.device_env("cpu") and CORES_VAR not in ctx.build_env()
+    ctx.devices = ["0"]  # as on a one-GPU machine
+    expected = ",".join(map(str, sorted(set(CORES) - {pinning.timing_core("0")})))
+    assert ctx.device_env("0")[CORES_VAR] == expected == ctx.build_env()[CORES_VAR]

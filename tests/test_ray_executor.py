@@ -25,7 +25,7 @@ from candidates import eval_kit as kit
 ray = pytest.importorskip("ray")
 
 from kb_eval.eval import EvalConfig, evaluate  # noqa: E402
-from kb_eval.eval.schedule.ray_lane import sweep_dead_lanes  # noqa: E402
+from kb_eval.eval.schedule.ray_lane import adopt_driver_env, sweep_dead_lanes  # noqa: E402
 from kb_eval.problems import load_problems, reference_copy  # noqa: E402
 from kb_eval.timing import TimingSettings  # noqa: E402
 
@@ -143,6 +143,27 @@ def local_verdicts(folder: Path, tmp_path: Path, cache: Path) -> dict:
         assert local.returncode == 0, local.stdout[-2000:] + local.stderr[-3000:]
         _LOCAL[folder] = verdicts(tmp_path / "local")
     return _LOCAL[folder]
+
+
+@ray.remote(num_cpus=0)  # as a lane actor: Ray then sets OMP_NUM_THREADS=1 in its workers
+class _EnvProbe:
+    def child_sees(self, driver: dict | None) -> tuple[str | None, str]:
+        """What this worker had, and what a child it starts sees, after adopting `driver`."""
+        had = os.environ.get("OMP_NUM_THREADS")
+        if driver is not None:
+            adopt_driver_env(driver)
+        out = subprocess.run([sys.executable, "-c", "import os; print(os.environ.get("
+                              "'OMP_NUM_THREADS'))"], capture_output=True, text=True)
+        return had, out.stdout.strip()
+
+
+def test_lane_children_get_the_drivers_thread_settings_not_rays(cluster):
+    """A lane's children run with the OpenMP setting of the driver (here: none), not the
+    one thread Ray gives a worker that asked for no CPU."""
+    assert ray.get(_EnvProbe.remote().child_sees.remote(None)) == ("1", "1")
+    probe = _EnvProbe.remote()
+    assert ray.get(probe.child_sees.remote({"OMP_NUM_THREADS": None})) == ("1", "None")
+    assert ray.get(probe.child_sees.remote({"OMP_NUM_THREADS": "3"}))[1] == "3"
 
 
 def test_same_verdicts_as_local(cluster, folder, tmp_path, build_cache_dir):

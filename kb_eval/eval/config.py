@@ -11,13 +11,17 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from kb_eval.timing import TimingSettings
 
 
+# Build children per core (see default_jobs); the Ray executor gives each build task
+# 1 / BUILDS_PER_CORE of a CPU so that a node runs as many at once as a local run does.
+BUILDS_PER_CORE = 1.25
+
+
 def default_jobs() -> int:
     """Build children: a quarter more than the cores. A build is one compiler at a time for
     most of its life, with serial gaps (torch import, ninja, link) that leave a core idle:
     on the H200 host (16 cores), 100 CUDA builds kept 14.9 cores busy and took 374 s with
     16 jobs, 15.4 and 327 s with 20 (builds are niced: runs on the GPU never wait)."""
-    cores = os.cpu_count() or 1
-    return cores + cores // 4
+    return int((os.cpu_count() or 1) * BUILDS_PER_CORE)
 
 
 class EvalConfig(BaseModel):

@@ -13,7 +13,7 @@ import traceback
 from pathlib import Path
 
 NICE_VAR = "KB_EVAL_NICE"
-CORES_VAR = "KB_EVAL_CORES"  # builds: the cores they may use (never a timing core)
+CORES_VAR = "KB_EVAL_CORES"  # the cores a child may use (never a GPU timing core)
 
 
 def child_main(spec: str | None = None) -> None:

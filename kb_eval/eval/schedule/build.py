@@ -236,10 +236,13 @@ class Builder:
     """Builds sources in isolated children (thread-safe; one build per key at a time)."""
 
     def __init__(self, root: Path, fingerprint: str, env: dict,
-                 timeout_s: float, mem_limit_mb: int | None):
+                 timeout_s: float, mem_limit_mb: int | None, spares: bool = True):
         self.root = Path(root)
         self.fingerprint, self.env = fingerprint, env
         self.timeout_s, self.mem_limit_mb = timeout_s, mem_limit_mb
+        # Spare children (torch imported ahead) for the next build; a process that runs
+        # one build at a time (a Ray worker) gains little from them and pays for them all
+        self.spares = spares
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
 
@@ -282,7 +285,7 @@ class Builder:
         payload = {**first_call, "source": source, "extensions_dir": str(ext_dir)}
         out = run_isolated("kb_eval.eval.schedule.build:call_on_meta", payload,
                            workdir=workdir / "first_call", timeout_s=self.timeout_s,
-                           mem_limit_mb=self.mem_limit_mb, env=self.env, prewarm=True,
+                           mem_limit_mb=self.mem_limit_mb, env=self.env, prewarm=self.spares,
                            poll_s=BUILD_POLL_S)
         return round(out.wall_s, 3)
 
@@ -315,7 +318,7 @@ class Builder:
                            {"source": source, "extensions_dir": str(ext_dir)},
                            workdir=workdir, timeout_s=self.timeout_s,
                            mem_limit_mb=self.mem_limit_mb, env=env,
-                           prewarm=not bypass_pch,  # spares are for the usual env only
+                           prewarm=self.spares and not bypass_pch,  # the usual env only
                            poll_s=BUILD_POLL_S)
         out.extra["started"] = started
         return out

@@ -90,14 +90,19 @@ class EvalContext:
             env["TORCH_CUDA_ARCH_LIST"] = self.arch_list
         return {**env, **self.config.extra_env}
 
+    def _untimed_cores(self) -> dict[str, str]:
+        """Children start off the timing cores (pinning.untimed_cores)."""
+        cores = pinning.untimed_cores(self.devices)
+        return {CORES_VAR: ",".join(map(str, sorted(cores)))} if cores else {}
+
     def build_env(self) -> dict[str, str]:
-        env = {**self._common_env(), "CUDA_VISIBLE_DEVICES": "", NICE_VAR: "19"}
-        cores = pinning.build_cores(self.devices)
-        return {**env, CORES_VAR: ",".join(map(str, sorted(cores)))} if cores else env
+        return {**self._common_env(), "CUDA_VISIBLE_DEVICES": "", NICE_VAR: "19",
+                **self._untimed_cores()}
 
     def device_env(self, device: str) -> dict[str, str]:
         visible = "" if is_cpu(device) else device
-        return {**TIMED_PROCESS_ENV, **self._common_env(), "CUDA_VISIBLE_DEVICES": visible}
+        return {**TIMED_PROCESS_ENV, **self._common_env(), "CUDA_VISIBLE_DEVICES": visible,
+                **self._untimed_cores()}
 
     def lock_path(self, device: str) -> Path:
         """The file of `device`'s timing lock (kb_eval/devlock.py), one per invocation."""

@@ -41,11 +41,15 @@ def timing_core(device: str) -> int | None:
     return cores[-1 - index % (len(cores) - 1)]
 
 
-def build_cores(devices: list[str]) -> set[int] | None:
-    """The cores builds may use: all but the GPUs' timing cores, so that a compiler never
-    preempts a timing thread (on the H100 machine, builds of other candidates preempted a
-    side-stream cheat's device-wide waits, and a preempted wait proves nothing). None on
-    a CPU run, with pinning off, or where too few cores would be left."""
+def untimed_cores(devices: list[str]) -> set[int] | None:
+    """The cores for everything but a timing step: all but the GPUs' timing cores. Builds
+    and every device child (candidate children, their spares and zygote, the reference
+    servers) start on these, so nothing preempts a timing thread: on the H100 machine,
+    builds of other candidates preempted a side-stream cheat's device-wide waits (a
+    preempted wait proves nothing), and with several children per GPU a neighbour's
+    correctness work could land on the core being timed. The pairing moves the timed
+    child's and the server's main threads onto the timing core for the timing step.
+    None on a CPU run, with pinning off, or where too few cores would be left."""
     timing = {core_for(d) for d in devices} - {None}
     cores = set(os.sched_getaffinity(0))
     if not timing or len(cores - timing) < 1:

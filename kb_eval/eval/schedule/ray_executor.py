@@ -1,6 +1,6 @@
 """`--executor ray`: builds and device lanes on a Ray cluster, driven from this process.
 
-    submit() ──► build threads ──► build_on_node (Ray task, 1 CPU, any node; writes the
+    submit() ──► build threads ──► build_on_node (Ray task, 0.8 CPU, any node; writes the
                                    │               shared build cache)
                                    ▼
                               ready queue ──► one driver thread per lane ──► Lane actor
@@ -38,12 +38,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from kb_eval.errors import UserError
+from kb_eval.eval.config import BUILDS_PER_CORE
 from kb_eval.ray_cluster import NAMESPACE, connect
 from kb_eval.eval.schedule.build import BuildOutcome, cache_key
 from kb_eval.eval.schedule.context import EvalContext
 from kb_eval.eval.schedule.first_call import first_call_payload
 from kb_eval.eval.schedule.pool import _STOP, RecordStream
-from kb_eval.eval.schedule.ray_lane import Lane, ProblemFacts, build_on_node
+from kb_eval.eval.schedule.ray_lane import Lane, ProblemFacts, build_on_node, driver_env
 from kb_eval.eval.schedule.retry import unjudged
 from kb_eval.eval.schedule.sample import SampleTask, finish
 
@@ -61,10 +62,13 @@ class RayPool(RecordStream):
         self.owns_ray = connect(ctx.config.ray_address)
         self.token = secrets.token_hex(4)
         self.spec = self._spec()
-        cpus = int(ray.cluster_resources().get("CPU", 1))
-        self.builds = ThreadPoolExecutor(max(ctx.config.jobs, cpus),
+        # A build task takes 1/BUILDS_PER_CORE of a CPU: a node runs as many builds at
+        # once as a local run there (default_jobs). With 1 CPU each, the H100 host (16
+        # cores) ran 16 where a local run ran 20, and a cold run took 1.11x as long.
+        cpus = ray.cluster_resources().get("CPU", 1)
+        self.builds = ThreadPoolExecutor(max(ctx.config.jobs, int(cpus * BUILDS_PER_CORE)),
                                          thread_name_prefix="kb-ray-build")
-        self.build_task = ray.remote(build_on_node).options(num_cpus=1)
+        self.build_task = ray.remote(build_on_node).options(num_cpus=1 / BUILDS_PER_CORE)
         self.lane_actor = ray.remote(Lane)
         self.placements = self._placements()
         self.lanes: dict[int, tuple] = {}  # slot -> (actor handle, its ready() answer)
@@ -87,7 +91,8 @@ class RayPool(RecordStream):
         return {"config": ctx.config, "hardware": ctx.hardware, "backend": ctx.backend,
                 "device_kind": ctx.device_kind, "arch_list": ctx.arch_list,
                 "fingerprint": ctx.fingerprint, "compiler_env": ctx.compiler_env,
-                "build_env": ctx.build_env(), "invocation_dir": str(ctx.invocation_dir),
+                "build_env": ctx.build_env(), "driver_env": driver_env(),
+                "invocation_dir": str(ctx.invocation_dir),
                 "marker": str(marker)}
 
     def _placements(self) -> list[dict]:

@@ -38,6 +38,25 @@ LANE_VAR = "KB_EVAL_LANE"
 # Ray's variables that would hand a candidate child the cluster (address, credentials):
 # dropped from a lane's environment, which its children inherit.
 RAY_SECRETS = ("RAY_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
+# What Ray sets in its workers' environment that a local run's children do not see: one
+# OpenMP thread (a lane actor asks for no CPU), inherited by the candidates' children
+# and the reference server, whose CPU-side torch ops then ran on one thread where a
+# local run uses every core (on the cpp backend, the timed calls themselves).
+RAY_SETS = ("OMP_NUM_THREADS",)
+
+
+def driver_env() -> dict[str, str | None]:
+    """The driver's values of RAY_SETS (None: unset), for its lanes and build tasks."""
+    return {name: os.environ.get(name) for name in RAY_SETS}
+
+
+def adopt_driver_env(values: dict[str, str | None]) -> None:
+    """This worker's environment as the driver's for RAY_SETS, before any child starts."""
+    for name, value in values.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 @dataclass
@@ -87,10 +106,13 @@ def build_on_node(spec: dict, source: str, workdir: str,
     why = shared_cache_error(spec)
     if why:
         raise RuntimeError(why)
+    adopt_driver_env(spec["driver_env"])
     cfg = spec["config"]
+    # No spares: each of a node's Ray workers would keep its own two (on the H100 host,
+    # 20 build workers started 40 torch imports that sat idle beside the compilers).
     builder = Builder(root=cfg.cache_dir / "builds", fingerprint=spec["fingerprint"],
                       env=spec["build_env"], timeout_s=cfg.build_timeout_s,
-                      mem_limit_mb=cfg.mem_limit_mb)
+                      mem_limit_mb=cfg.mem_limit_mb, spares=False)
     try:
         return builder.build(source, Path(workdir), first_call)
     finally:
@@ -179,6 +201,7 @@ class Lane:
 
         for name in RAY_SECRETS:
             os.environ.pop(name, None)
+        adopt_driver_env(spec["driver_env"])
         sweep_dead_lanes()
         self.device = lane_device(spec["device_kind"])
         self.node = ray.util.get_node_ip_address()
