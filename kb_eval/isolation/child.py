@@ -6,6 +6,7 @@ task's result file, renamed into place so that the parent never reads half of it
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
@@ -32,6 +33,11 @@ def child_main(spec: str | None = None) -> None:
         os.sched_setaffinity(0, {int(c) for c in os.environ[CORES_VAR].split(",")})
     module, _, cuda = spec.partition(":")
     _preload(module, bool(cuda))
+    # What the start-up made (torch, our modules) lives as long as the process: frozen out
+    # of the cyclic collector, a full collection (timing.time_calls runs one before each
+    # timing, on both sides) walks only what came after: 70-100 ms less per collection.
+    # Reference counting still frees everything; a candidate's objects are never frozen.
+    gc.freeze()
     while line := sys.stdin.readline():
         run_task(json.loads(line))
         if not serve:
