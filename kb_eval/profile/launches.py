@@ -11,7 +11,8 @@ from collections.abc import Callable
 
 import torch
 from torch.autograd import DeviceType
-from torch.profiler import ProfilerActivity, profile, record_function
+from torch.autograd.profiler import profile
+from torch.profiler import record_function
 
 FORWARD_MARK = "kb_eval::forward"
 # What `count` is in an eval record: kernels launched on the GPU (memcpy/memset apart), or
@@ -58,14 +59,17 @@ def count_launches(call: Callable[[], object], device: torch.device) -> dict:
     """One profiled `call()` (already warmed up by the caller): {"unit", "count"} plus the
     detail of `launch_counts`."""
     on_cuda = device.type == "cuda"
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_cuda else [])
-    with torch.no_grad(), profile(activities=activities) as prof:
+    # The profiler torch.profiler.profile wraps, with the same activities: its own start
+    # asks hasattr(torch, "_inductor"), which imports inductor and dynamo (1.5 s in a
+    # fresh child on the 2-core CPU, most of each CPU sample's probe step).
+    with torch.no_grad(), profile(use_cpu=True, use_device="cuda" if on_cuda else None,
+                                       use_kineto=True) as prof:
         with record_function(FORWARD_MARK):
             out = call()
         if on_cuda:
             torch.cuda.synchronize(device)
         del out
-    counts = launch_counts(prof.events(), 1)
+    counts = launch_counts(prof.function_events, 1)
     unit = UNITS["cuda" if on_cuda else "cpu"]
     count = counts["kernel_launches"] if on_cuda else counts["top_aten_calls"]
     return {"unit": unit, "count": int(count), **{k: int(v) for k, v in counts.items()}}
