@@ -9,6 +9,10 @@ from pathlib import Path
 from kb_eval.isolation.handle import Child
 from kb_eval.isolation.outcome import ChildOutcome, outcome
 
+# How often a call looks for the server's answer: a paired timing waits for 20 reference
+# rounds of a few milliseconds each (schedule/pairing.py), with its candidate stopped.
+ANSWER_POLL_S = 0.001
+
 
 class Server:
     """A long-lived child for trusted tasks only (never candidate code), so it can keep
@@ -44,7 +48,8 @@ class Server:
                 "result_path": str(result_path)}
         t0 = time.monotonic()
         self.child.send(task, last=False)
-        status = self.child.watch(timeout_s, mem_limit_mb, output_limit_mb << 20, done=result_path)
+        status = self.child.watch(timeout_s, mem_limit_mb, output_limit_mb << 20,
+                                  done=result_path, poll_s=ANSWER_POLL_S)
         wall = time.monotonic() - t0
         alive = status is None and self.child.proc.poll() is None
         if not alive:
