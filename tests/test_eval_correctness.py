@@ -57,6 +57,32 @@ def test_nan_and_inf_must_match():
     assert "Inf at 1 positions" in compare_outputs([inf_out], [ref], 1e-4, 1e-4).error
 
 
+
+def test_statistics_count_finite_positions_only_and_leave_the_tensors_alone():
+    """A position where either side is NaN or Inf is judged by where it sits and counts in
+    no statistic, under both rules (hand-worked below); and the comparison works on its
+    own temporaries: float64 tensors (whose `.double()` is themselves) come out unchanged."""
+    from kb_eval.eval.judge.correctness import compare_tensor
+    from kb_eval.eval.judge.truth import K, K_NORM, compare_truth
+
+    nan, inf = float("nan"), float("inf")
+    ref = torch.tensor([1.0, nan, inf, 2.0, 4.0], dtype=torch.float64)
+    out = torch.tensor([1.5, nan, inf, 2.0, 3.0], dtype=torch.float64)
+    truth = ref.clone()  # the reference exact: E = 0, S = 0
+    before = [t.clone() for t in (ref, out, truth)]
+
+    d = compare_tensor(out, ref, atol=0.1, rtol=0.0)
+    assert (d.count, d.max_abs, d.sum_abs, d.max_rel) == (3, 1.0, 1.5, 0.5)
+    assert "2/5 values beyond" in d.error
+
+    f = compare_truth(out, ref, truth)
+    u, m = 2.0 ** -53, (21 / 3) ** 0.5  # float64's unit roundoff; rms of the finite truth
+    assert f["ratio"] == pytest.approx(max(0.5 / (K * u * (1 + m)), 1.0 / (K * u * (4 + m))))
+    assert f["norm_ratio"] == pytest.approx(1.25 ** 0.5 / (K_NORM * u * 21 ** 0.5))
+    assert "2/5 values beyond" in f["error"] and not f["ok"]
+    for now, then in zip((ref, out, truth), before):
+        assert torch.equal(now.nan_to_num(), then.nan_to_num()) and torch.equal(now.isnan(), then.isnan())
+
 def test_output_count_and_integer_outputs():
     assert "1 output tensor(s), expected 2" in compare_outputs(
         [torch.ones(1)], [torch.ones(1), torch.ones(1)], 0, 0).error

@@ -38,8 +38,13 @@ UNIT_ROUNDOFF = {torch.float64: 2.0 ** -53, torch.float32: 2.0 ** -24,
 CHUNK = 1 << 23  # elements per step: a few float64 temporaries of 64 MB each
 
 
-def special_mismatches(oc: torch.Tensor, rc: torch.Tensor) -> tuple[int, int]:
-    """Positions where NaN, or an infinity, differs between out and ref (float64 chunks)."""
+def special_mismatches(oc: torch.Tensor, rc: torch.Tensor,
+                       both_finite: torch.Tensor) -> tuple[int, int]:
+    """Positions where NaN, or an infinity, differs between out and ref (float64 chunks;
+    `both_finite` their finite positions, which cannot differ so: usually all of them)."""
+    if bool(both_finite.all()):
+        return 0, 0
+    oc, rc = oc[~both_finite], rc[~both_finite]
     on, rn = oc.isnan(), rc.isnan()
     oi, ri = oc.isinf(), rc.isinf()
     return int((on != rn).sum()), int(((oi | ri) & ~(on | rn) & (oc != rc)).sum())
@@ -62,17 +67,24 @@ def applies(ref: torch.Tensor, truth: torch.Tensor) -> bool:
     return floating and tuple(ref.shape) == tuple(truth.shape)
 
 
+# The loops below keep every position and zero the ones not counted, rather than select
+# the counted ones (a boolean index copies them out, and on a GPU waits for the device to
+# learn how many), work in place on their own temporaries (never on a view of the caller's
+# tensors: `.double()` of a float64 tensor is that tensor) and sum on the device, read once
+# per tensor. On the 2-core CPU a 12.6M-element output's two verdicts took 2.76 s before,
+# 1.22 s now (the same values: 120 random cases with NaN and Inf agreed to 1e-12).
+
+
 def _scales(r: torch.Tensor, t: torch.Tensor) -> tuple[float, float, int]:
     """Sums of E^2 and truth^2 over positions finite in both, and their count."""
-    e2 = t2 = 0.0
-    n = 0
+    e2 = t2 = torch.zeros((), dtype=torch.float64, device=r.device)
+    n = torch.zeros((), dtype=torch.int64, device=r.device)
     for s in range(0, r.numel(), CHUNK):
         rc, tc = r[s:s + CHUNK].double(), t[s:s + CHUNK].to(r.device, torch.float64)
         fin = rc.isfinite() & tc.isfinite()
-        e2 += float(((rc - tc)[fin]).square().sum())
-        t2 += float(tc[fin].square().sum())
-        n += int(fin.sum())
-    return e2, t2, n
+        e, tf = (rc - tc).masked_fill_(~fin, 0.0), tc.masked_fill(~fin, 0.0)
+        e2, t2, n = e2 + torch.dot(e, e), t2 + torch.dot(tf, tf), n + fin.sum()
+    return float(e2), float(t2), int(n)
 
 
 def compare_truth(out: torch.Tensor, ref: torch.Tensor, truth: torch.Tensor) -> dict:
@@ -83,21 +95,24 @@ def compare_truth(out: torch.Tensor, ref: torch.Tensor, truth: torch.Tensor) -> 
     o, r, t = _flat(out), _flat(ref), _flat(truth)
     e2, t2, n = _scales(r, t)
     s, m = (e2 / n) ** 0.5 if n else 0.0, (t2 / n) ** 0.5 if n else 0.0
-    worst, c2, bad, nan_bad, inf_bad = 0.0, 0.0, 0, 0, 0
+    zero = torch.zeros((), dtype=torch.float64, device=r.device)
+    worst, c2, bad, nan_bad, inf_bad = zero, zero, zero.long(), 0, 0
     for i in range(0, o.numel(), CHUNK):
         oc, rc = o[i:i + CHUNK].to(r.device).double(), r[i:i + CHUNK].double()
         tc = t[i:i + CHUNK].to(r.device, torch.float64)
-        nb, ib = special_mismatches(oc, rc)
+        both = oc.isfinite() & rc.isfinite()
+        nb, ib = special_mismatches(oc, rc, both)
         nan_bad, inf_bad = nan_bad + nb, inf_bad + ib
-        fin = rc.isfinite() & tc.isfinite() & oc.isfinite()
-        err = (oc - tc)[fin].abs()
-        if not err.numel():
-            continue
-        bound = K * ((rc - tc)[fin].abs() + s + u * (tc[fin].abs() + m))
-        share = err / bound.clamp_min(torch.finfo(torch.float64).tiny)
-        bad += int((share > 1).sum())
-        worst = max(worst, float(share.max()))
-        c2 += float(err.square().sum())
+        out_of_count = ~both.logical_and_(tc.isfinite())
+        err = (oc - tc).abs_().masked_fill_(out_of_count, 0.0)
+        c2 = c2 + torch.dot(err, err)
+        # K * (|ref - truth| + S + u * (|truth| + M)), in place on fresh temporaries
+        bound = (rc - tc).abs_().add_(s).add_(tc.abs().add_(m).mul_(u)).mul_(K)
+        share = err.div_(bound.clamp_min_(torch.finfo(torch.float64).tiny))
+        share.masked_fill_(out_of_count, 0.0)
+        bad = bad + (share > 1).sum()
+        worst = torch.maximum(worst, share.max())
+    worst, c2, bad = float(worst), float(c2), int(bad)
     norm_bound = K_NORM * (e2 ** 0.5 + u * t2 ** 0.5)
     norm_ratio = c2 ** 0.5 / norm_bound if norm_bound > 0 else (0.0 if c2 == 0 else float("inf"))
     problems = special_messages(nan_bad, inf_bad)
