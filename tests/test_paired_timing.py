@@ -98,3 +98,31 @@ def test_reference_copies_hold_one_and_a_real_speedup_is_sig(tmp_path, build_cac
     sig = sum(r["speedup_ci"][0] > 1.0 for r in rec.values())
     assert summary["fast_p_sig"]["fast_1"] == pytest.approx(sig / 9)
     assert summary["fast_p_sig"]["fast_2"] == pytest.approx(1 / 9)
+
+
+def test_a_live_reference_is_timed_alone_only_where_no_rounds_timed_it(tmp_path):
+    """The paired rounds time the reference beside each sample, so a live baseline does not
+    time it alone as well (100 more calls per problem), unless a sample came back without
+    rounds (pairing off or failed) or the baseline is a compiler's, which is built and timed
+    alone rather than inside a candidate's timing step; once per problem at most. A sample
+    with rounds takes its baseline from them (verdict.paired_reference)."""
+    from kb_eval.eval.config import EvalConfig
+    from kb_eval.eval.judge.references import ReferenceState, ReferenceStore
+    from kb_eval.eval.judge.verdict import paired_reference
+    from kb_eval.eval.schedule.context import EvalContext
+
+    def store(**cfg) -> ReferenceStore:  # servers start at their first call: none here
+        return ReferenceStore(EvalContext.create(EvalConfig(backend="cpp",
+                                                            results_dir=tmp_path, **cfg)))
+
+    live, state = store(live_baseline=True), ReferenceState()
+    assert not live._wants_timing(state, paired=True) and live._wants_timing(state, paired=False)
+    state.timed = True
+    assert not live._wants_timing(state, paired=False)  # once per problem
+    assert not store(live_baseline=False)._wants_timing(ReferenceState(), paired=False)
+    compiled = store(live_baseline=True, baseline_mode="compile-default")
+    assert compiled._wants_timing(ReferenceState(), paired=True)
+
+    base = paired_reference({"rounds": [[2.0, 4.0], [3.0, 5.0]], "launch_ms": 0.5})
+    assert (base.n, base.median, base.rounds, base.launch_ms) == (4, 3.5, [3.0, 4.0], 0.5)
+    assert paired_reference({"error": "a reference round failed"}) is None

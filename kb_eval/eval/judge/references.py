@@ -174,11 +174,13 @@ class ReferenceStore:
         self._call(device, {"exchange_free": key, "device": self.ctx.torch_device(device)})
 
     def compare(self, problem: Problem, labels: list[str], folder: Path,
-                device: str, exchange: Exchange | None = None) -> ReferenceRun:
+                device: str, exchange: Exchange | None = None,
+                paired: bool = False) -> ReferenceRun:
         """Run the reference on `labels` and compare with the candidate's files in
         `folder` (and the buffers exported under the key `exchange`, then freed). The
         first run of a problem (it also measures once-per-problem figures) runs alone;
-        later ones may run side by side on several devices."""
+        later ones may run side by side on several devices. `paired`: the sample's timing
+        timed the reference in rounds beside it, so a live baseline needs no timing here."""
         state = self._state(problem)
         with state.lock:
             if state.error and state.harness:  # the server died last time: try again
@@ -186,17 +188,28 @@ class ReferenceStore:
                 state.harness = False
             if state.error:
                 return ReferenceRun(state)
-            first = state.metrics is None or (self.ctx.config.live_baseline and not state.timed)
-            if first:
-                return self._run(problem, state, labels, folder, device, exchange)
-        return self._run(problem, state, labels, folder, device, exchange)
+            want_timing = self._wants_timing(state, paired)
+            if state.metrics is None or want_timing:
+                return self._run(problem, state, labels, folder, device, exchange, want_timing)
+        return self._run(problem, state, labels, folder, device, exchange, False)
+
+    def _wants_timing(self, state: ReferenceState, paired: bool) -> bool:
+        """Whether this comparison also times the reference alone, once per problem: for a
+        live baseline, unless the sample's paired rounds already timed the reference
+        (that was a second timing of 100 calls per problem, kept only for the unpaired);
+        a compiled baseline is built and timed here all the same, never inside a
+        candidate's timing step, where its compile would run on the candidate's clock."""
+        cfg = self.ctx.config
+        if not cfg.live_baseline or state.timed:
+            return False
+        return not paired or cfg.baseline_mode != "eager"
 
     def _run(self, problem: Problem, state: ReferenceState, labels: list[str], folder: Path,
-             device: str, exchange: Exchange | None = None) -> ReferenceRun:
+             device: str, exchange: Exchange | None = None,
+             want_timing: bool = False) -> ReferenceRun:
         cfg = self.ctx.config
         if exchange is not None:
             exchange.sent = True  # the server frees the buffers once it compared
-        want_timing = cfg.live_baseline and not state.timed
         truth = state.plan is None or state.plan.truth_reason is None
         payload = {"problem_code": problem.code, "device": self.ctx.torch_device(device),
                    "precision": cfg.precision, "seed": self.ctx.problem_seed(problem),

@@ -103,8 +103,9 @@ def judge_sample(ctx: EvalContext, problem: Problem, source: str, n_correct: int
         reasons = record.correctness.failures[:1] + [f.message for f in record.flags
                                                       if f.severity == "error"][:1]
         record.error = "; ".join(reasons) or "outputs differ from the reference"
-    if cfg.live_baseline:
-        record.baseline, record.baseline_source = ref.state.timing, "live"
+    if cfg.live_baseline:  # timed alone once per problem, or (usually) in this sample's rounds
+        record.baseline = ref.state.timing or paired_reference(paired)
+        record.baseline_source = "live"
         if ref.state.timing_error:
             record.flags.append(Flag(code="no_baseline", message=f"no {cfg.baseline_mode} "
                                      f"baseline for {problem.key}: {ref.state.timing_error}"))
@@ -138,15 +139,23 @@ def _use_pairing(record: SampleRecord, paired: dict | None, live: bool) -> None:
         why = paired.get("error") or "the candidate's rounds do not match the reference's"
         record.flags.append(Flag(code="unpaired", message=f"speedup interval not paired: {why}"))
         return
-    ref = TimingStats.of([ms for r in rounds for ms in r]).model_copy(
-        update={"rounds": [statistics.median(r) for r in rounds],
-                "launch_ms": paired.get("launch_ms")})
+    ref = paired_reference(paired)
     record.speedup_ci = widened(*paired_interval(ref.rounds, cand),
                                 resolution(ref, record.timing))
     record.speedup_ci_method = "paired_rounds" if live else "paired_live_rounds"
     if live:
         record.baseline = ref  # still "live": the method names the pairing
         record.speedup = paired_speedup(ref.rounds, cand)
+
+
+def paired_reference(paired: dict | None) -> TimingStats | None:
+    """The reference's calls of the sample's paired rounds, as one timing (None: none)."""
+    rounds = (paired or {}).get("rounds")
+    if not rounds:
+        return None
+    return TimingStats.of([ms for r in rounds for ms in r]).model_copy(
+        update={"rounds": [statistics.median(r) for r in rounds],
+                "launch_ms": paired.get("launch_ms")})
 
 
 OUTSIDE_SHARE, OUTSIDE_SLACK_MS = 0.1, 1.0

@@ -147,7 +147,8 @@ def _evaluate(ctx: EvalContext, refs: ReferenceStore, task: SampleTask, device: 
         return finish(child_failure(record, result), task)
     labels = labels_to_check(cfg, result.get("saved"), _trials(cfg, task))
     probe = [PROBE_LABEL] if result.get("probe") == PROBE_LABEL else []
-    ref = refs.compare(task.problem, labels + probe, run_dir, device, exchange)
+    ref = refs.compare(task.problem, labels + probe, run_dir, device, exchange,
+                       paired=bool((paired or {}).get("rounds")))
     task.laps.lap("reference")
     if ref.exchange_lost:  # ours: the server restarted while the child ran (retried)
         record.status = "eval_error"
