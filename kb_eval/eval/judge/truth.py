@@ -40,8 +40,9 @@ CHUNK = 1 << 23  # elements per step: a few float64 temporaries of 64 MB each
 
 def special_mismatches(oc: torch.Tensor, rc: torch.Tensor,
                        both_finite: torch.Tensor) -> tuple[int, int]:
-    """Positions where NaN, or an infinity, differs between out and ref (float64 chunks;
-    `both_finite` their finite positions, which cannot differ so: usually all of them)."""
+    """Positions where NaN, or an infinity, differs between out and ref (float64 chunks).
+    Only the positions outside `both_finite` (where neither is NaN or Inf) can: usually
+    none, and then nothing more is computed."""
     if bool(both_finite.all()):
         return 0, 0
     oc, rc = oc[~both_finite], rc[~both_finite]
