@@ -57,7 +57,6 @@ def test_nan_and_inf_must_match():
     assert "Inf at 1 positions" in compare_outputs([inf_out], [ref], 1e-4, 1e-4).error
 
 
-
 def test_statistics_count_finite_positions_only_and_leave_the_tensors_alone():
     """A position where either side is NaN or Inf is judged by where it sits and counts in
     no statistic, under both rules (hand-worked below); and the comparison works on its
@@ -81,7 +80,9 @@ def test_statistics_count_finite_positions_only_and_leave_the_tensors_alone():
     assert f["norm_ratio"] == pytest.approx(1.25 ** 0.5 / (K_NORM * u * 21 ** 0.5))
     assert "2/5 values beyond" in f["error"] and not f["ok"]
     for now, then in zip((ref, out, truth), before):
-        assert torch.equal(now.nan_to_num(), then.nan_to_num()) and torch.equal(now.isnan(), then.isnan())
+        assert torch.equal(now.nan_to_num(), then.nan_to_num())
+        assert torch.equal(now.isnan(), then.isnan())
+
 
 def test_output_count_and_integer_outputs():
     assert "1 output tensor(s), expected 2" in compare_outputs(

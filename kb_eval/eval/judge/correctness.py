@@ -132,11 +132,12 @@ def compare_tensor(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: floa
         finite = oc.isfinite() & rc.isfinite()
         nb, ib = special_mismatches(oc, rc, finite)
         nan_bad, inf_bad = nan_bad + nb, inf_bad + ib
-        diff = (oc - rc).abs_().masked_fill_(~finite, 0.0)
+        out_of_count = ~finite
+        diff = (oc - rc).abs_().masked_fill_(out_of_count, 0.0)
         ra = rc.abs()
         bad = bad + (diff > ra.mul(rtol).add_(atol)).sum()
         max_abs, sum_abs = torch.maximum(max_abs, diff.max()), sum_abs + diff.sum()
-        rel = diff.div(ra.clamp_min_(max(atol, 1e-12))).masked_fill_(~finite, 0.0)
+        rel = diff.div(ra.clamp_min_(max(atol, 1e-12))).masked_fill_(out_of_count, 0.0)
         max_rel, count = torch.maximum(max_rel, rel.max()), count + finite.sum()
     d = Diff(True, None, float(max_abs), float(sum_abs), int(count), float(max_rel))
     bad = int(bad)
