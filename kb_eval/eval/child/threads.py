@@ -115,7 +115,10 @@ class Ledger:
                 theirs = _tids() - self.ours
                 before = sum(map(thread_cpu_ns, theirs))
                 clocks.sleep(POLL_S)
-                if sum(map(thread_cpu_ns, theirs)) - before < QUIET_NS:
+                # Quiet: little CPU over the poll and none waiting for a core (on a loaded
+                # host a busy thread may get no CPU in one poll; CI saw drain end so)
+                if (sum(map(thread_cpu_ns, theirs)) - before < QUIET_NS
+                        and not any(map(_runnable, theirs))):
                     return
         finally:
             self.drain_ns += int((clocks.perf_counter() - t0) * 1e9)
@@ -134,6 +137,15 @@ class Ledger:
         seen = sorted(((thread_cpu_ns(t), _comm(t)) for t in _tids() - self.ours),
                       reverse=True)
         return [f"{name}: {ns / 1e6:.1f} ms" for ns, name in seen[:most]]
+
+
+def _runnable(tid: int) -> bool:
+    """The thread is running or waiting for a core (state R), not asleep or gone."""
+    try:
+        with open(f"{TASKS}/{tid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "R"
+    except (OSError, IndexError):
+        return False
 
 
 def _comm(tid: int) -> str:
