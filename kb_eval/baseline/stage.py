@@ -115,7 +115,12 @@ def _open_file(path: Path, job: BaselineJob, hardware: HardwareInfo) -> Baseline
 def _time_one(problem: Problem, job: BaselineJob, secret: int, gpu: int | None,
               tmp: Path) -> BaselineRecord:
     device = "cpu" if job.device == "cpu" else str(gpu if gpu is not None else 0)
-    env = {**TIMED_PROCESS_ENV, "CUDA_VISIBLE_DEVICES": "" if device == "cpu" else device}
+    # Started off the timing cores, as the eval's children are: the next problem's spare
+    # child imports torch (seconds of CPU) while this one times, and must not do it on
+    # the core a launch-bound reference launches from.
+    gpus = [] if device == "cpu" else [str(g) for g in job.gpus] or ["0"]
+    env = {**TIMED_PROCESS_ENV, "CUDA_VISIBLE_DEVICES": "" if device == "cpu" else device,
+           **pinning.untimed_env(gpus)}
     payload = {"code": problem.code, "precision": job.precision, "mode": job.mode,
                "timing": job.timing.model_dump(), "secret": secret,
                "device": "cpu" if job.device == "cpu" else "cuda:0",

@@ -23,7 +23,7 @@ from kb_eval.eval.schedule.build import is_gcc, toolchain_fingerprint
 from kb_eval.eval.config import EvalConfig
 from kb_eval.inputs import derive_seed
 from kb_eval.eval.schedule import pinning
-from kb_eval.isolation import CORES_VAR, NICE_VAR
+from kb_eval.isolation import NICE_VAR
 from kb_eval.problems import Problem
 from kb_eval.results import BaselineFile, HardwareInfo, baseline_path, read_model
 from kb_eval.timing import TIMED_PROCESS_ENV, TimingStats, method_for
@@ -90,19 +90,14 @@ class EvalContext:
             env["TORCH_CUDA_ARCH_LIST"] = self.arch_list
         return {**env, **self.config.extra_env}
 
-    def _untimed_cores(self) -> dict[str, str]:
-        """Children start off the timing cores (pinning.untimed_cores)."""
-        cores = pinning.untimed_cores(self.devices)
-        return {CORES_VAR: ",".join(map(str, sorted(cores)))} if cores else {}
-
     def build_env(self) -> dict[str, str]:
         return {**self._common_env(), "CUDA_VISIBLE_DEVICES": "", NICE_VAR: "19",
-                **self._untimed_cores()}
+                **pinning.untimed_env(self.devices)}
 
     def device_env(self, device: str) -> dict[str, str]:
         visible = "" if is_cpu(device) else device
         return {**TIMED_PROCESS_ENV, **self._common_env(), "CUDA_VISIBLE_DEVICES": visible,
-                **self._untimed_cores()}
+                **pinning.untimed_env(self.devices)}
 
     def lock_path(self, device: str) -> Path:
         """The file of `device`'s timing lock (kb_eval/devlock.py), one per invocation."""

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import os
 
+from kb_eval.isolation.child import CORES_VAR
+
 SWITCH_VAR = "KB_EVAL_PIN_CORE"  # "0": leave the scheduler alone (a measurement's A/B)
 
 
@@ -55,6 +57,12 @@ def untimed_cores(devices: list[str]) -> set[int] | None:
     if not timing or len(cores - timing) < 1:
         return None
     return cores - timing
+
+
+def untimed_env(devices: list[str]) -> dict[str, str]:
+    """The environment variable that starts a child on the untimed cores ({} when none)."""
+    cores = untimed_cores(devices)
+    return {CORES_VAR: ",".join(map(str, sorted(cores)))} if cores else {}
 
 
 def pin(pid: int, core: int) -> set[int] | None:
