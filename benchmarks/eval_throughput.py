@@ -298,9 +298,11 @@ def corpus_pairs(folder: Path, source: str) -> list:
 
 
 def write_records(path: Path, passes: dict, args) -> None:
-    """Per pass, each sample's verdict and speedup with its interval (for comparing runs)."""
+    """Per pass, each sample's verdict and speedup with its interval (for comparing runs),
+    and where its time went (`phases`, `wall_s`: to compare runs sample by sample)."""
     rows = {name: [{"key": r.key, "sample": r.sample, "status": r.status, "speedup": r.speedup,
-                    "speedup_ci": r.speedup_ci} for r in records]
+                    "speedup_ci": r.speedup_ci, "wall_s": r.wall_s, "phases": r.phases}
+                   for r in records]
             for name, records in passes.items() if records}
     path.write_text(json.dumps({"lane_depth": args.lane_depth, "executor": args.executor,
                                 "passes": rows}, indent=1))
@@ -411,6 +413,8 @@ def main() -> int:
           f"{args.jobs} build jobs, {args.correct_trials} correctness trials, "
           f"{args.trials} timed calls; cache {config.cache_dir}", flush=True)
     cold = [] if args.warm_only else one_pass("cold cache", pairs, config, devices)
+    if args.records:  # after each pass: a run stopped in the next keeps this one
+        write_records(args.records, {"cold": cold}, args)
     warm = [] if args.cold_only else one_pass("warm cache", pairs, config, devices)
     if args.records:
         write_records(args.records, {"cold": cold, "warm": warm}, args)
