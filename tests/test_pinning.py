@@ -124,3 +124,15 @@ def test_device_children_start_off_the_timing_cores(tmp_path):
     ctx.devices = ["0"]  # as on a one-GPU machine
     expected = ",".join(map(str, sorted(set(CORES) - {pinning.timing_core("0")})))
     assert ctx.device_env("0")[CORES_VAR] == expected == ctx.build_env()[CORES_VAR]
+
+
+def test_baseline_children_start_off_the_timing_cores():
+    """The baseline's children too (a spare importing torch beside a launch-bound
+    reference's timing moved level1/71 by 44.7 % between passes on the H100)."""
+    from kb_eval.baseline.stage import child_env
+    from kb_eval.isolation import CORES_VAR
+
+    expected = ",".join(map(str, sorted(set(CORES) - {pinning.timing_core("0")})))
+    assert child_env("0", [0])[CORES_VAR] == expected == child_env("0", [])[CORES_VAR]
+    assert child_env("0", [0])["CUDA_VISIBLE_DEVICES"] == "0"
+    assert CORES_VAR not in child_env("cpu", [])
