@@ -6,8 +6,10 @@ run (eval and run both evaluate)."""
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import tempfile
+import threading
 from pathlib import Path
 from typing import Callable
 
@@ -15,7 +17,12 @@ from kb_eval.errors import UserError
 
 
 def run_cli(main: Callable[[list[str] | None], int | None], argv: list[str] | None = None) -> int:
-    """Run a command; a UserError is one line on stderr and exit code 2."""
+    """Run a command; a UserError is one line on stderr and exit code 2. `kill` (SIGTERM:
+    a timeout, a batch scheduler's preemption) stops it as Ctrl-C does: children killed,
+    what was finished saved, exit 130. Python's default would end the process at once
+    and leave its children behind."""
+    on_main = threading.current_thread() is threading.main_thread()
+    before = signal.signal(signal.SIGTERM, _interrupt) if on_main else None
     try:
         return int(main(argv) or 0)
     except UserError as e:
@@ -24,6 +31,13 @@ def run_cli(main: Callable[[list[str] | None], int | None], argv: list[str] | No
     except KeyboardInterrupt:
         print("interrupted: what was finished is saved; rerun with --resume", file=sys.stderr)
         return 130
+    finally:
+        if on_main:  # a caller in the same process (a test) keeps its own handling
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if before is None else before)
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 class Parser(argparse.ArgumentParser):

@@ -87,10 +87,4 @@ def execute(args, settings, endpoint, run: str, run_dir: Path, stored: dict) -> 
 
 def entry(argv: list[str] | None = None) -> int:
     """main() as a command: user errors as one line, Ctrl-C and `kill` end it cleanly."""
-    import signal
-
-    def terminate(signum, frame):  # `kill`: stop like Ctrl-C (children killed, file saved)
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, terminate)
     return run_cli(main, argv)

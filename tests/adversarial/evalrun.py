@@ -27,6 +27,19 @@ def run_eval(entries: list[tuple[str, str, Path]], *, backend: str, results_dir:
     """entries: (name, problem key 'level<N>/<id>', file). Candidates are evaluated in the
     order given (with --jobs 1 they also reach the device in that order). Returns the
     finished process, {name: record dict} and the results file's path."""
+    cmd, full_env, names, path = eval_command(entries, backend=backend,
+                                              results_dir=results_dir, cache_dir=cache_dir,
+                                              args=args, env=env, problems=problems)
+    proc = subprocess.run(cmd, cwd=REPO, env=full_env, capture_output=True, text=True,
+                          timeout=timeout)
+    return proc, read_records(path, names), path
+
+
+def eval_command(entries: list[tuple[str, str, Path]], *, backend: str, results_dir: Path,
+                 cache_dir: Path, args: tuple[str, ...] = (), env: dict | None = None,
+                 problems: Path = PROBLEMS):
+    """The command line and environment of run_eval's run, the names of its samples
+    ({(key, sample): name}) and where its results file will be."""
     results_dir.mkdir(parents=True, exist_ok=True)
     per_problem: dict[str, int] = {}
     samples, names = [], {}
@@ -42,15 +55,17 @@ def run_eval(entries: list[tuple[str, str, Path]], *, backend: str, results_dir:
            "--name", "suite", "--run", "r1", "--results-dir", str(results_dir),
            "--cache-dir", str(cache_dir), *args]
     full_env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])), **(env or {})}
-    proc = subprocess.run(cmd, cwd=REPO, env=full_env, capture_output=True, text=True,
-                          timeout=timeout)
-    path = results_dir / "suite" / "r1" / "results.json"
+    return cmd, full_env, names, results_dir / "suite" / "r1" / "results.json"
+
+
+def read_records(path: Path, names: dict) -> dict:
+    """{name: record dict} of the samples written to `path` so far."""
     records = {}
     if path.exists():
         for r in json.loads(path.read_text())["samples"]:
             key = f"level{r['level']}/{r['problem_id']}"
             records[names[(key, r["sample"])]] = r
-    return proc, records, path
+    return records
 
 
 def describe(r: dict) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import time
 import uuid
 from pathlib import Path
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from adversarial.evalrun import run_eval
+from adversarial.evalrun import REPO, eval_command, read_records, run_eval
 
 pytestmark = pytest.mark.slow
 
@@ -227,3 +228,34 @@ def test_gpu_honest_records_intact(gpu_run, name):
     r = _record(gpu_run, name)
     assert r["status"] == "correct", r
     assert gpu_run["leftovers"] == []
+
+
+def test_kill_stops_the_run_cleanly(tmp_path):
+    """`kill` (SIGTERM: a timeout, a batch scheduler) stops a run as Ctrl-C does: the
+    running candidate's child is killed although it ignores SIGTERM itself, no process
+    of the run is left, the finished record is kept, exit 130 with one line."""
+    token = f"kbfault-{uuid.uuid4().hex}"
+    entries = [("honest", SCALE_ADD, CANDIDATES / "honest_torch.py"),
+               ("host_loop", SCALE_ADD, CANDIDATES / "host_loop.py")]
+    cmd, env, names, path = eval_command(
+        entries, backend="cpp", results_dir=tmp_path / "results", cache_dir=tmp_path / "cache",
+        args=("--jobs", "1", "--trials", "3", "--warmup", "1", "--correct-trials", "2",
+              "--run-timeout", "600"), env={"KB_FAULT_TOKEN": token})
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not ("honest" in read_records(path, names) and sandbox_processes(token)):
+            assert proc.poll() is None and time.monotonic() < deadline, "never got there"
+            time.sleep(0.2)
+        time.sleep(2)  # host_loop's child is in its endless call by now
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    leftovers = settled_leftovers(token)
+    kill_leftovers(leftovers)
+    assert proc.returncode == 130, err[-2000:]
+    assert "interrupted: what was finished is saved" in err
+    assert read_records(path, names)["honest"]["status"] == "correct"
+    assert leftovers == [], "processes of the run outlived it"
