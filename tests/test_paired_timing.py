@@ -81,6 +81,13 @@ def test_reference_copies_hold_one_and_a_real_speedup_is_sig(tmp_path, build_cac
         assert len(r["baseline"]["rounds"]) == len(r["timing"]["rounds"]) == 20
         lo, hi = r["speedup_ci"]
         assert lo <= r["speedup"] <= hi, (name, r["speedup"], lo, hi)
+        # The timing step's account: the reference's rounds and both sides' timed calls
+        # inside it, in seconds (a copy's calls cost about what the reference's do)
+        ph = r["phases"]
+        assert 0 < ph["pair_reference_calls"] <= ph["pair_reference"] < ph["child_timing"], ph
+        assert 0 < ph["child_timing_calls"] <= ph["child_timing"] - ph["pair_reference"], ph
+        if name != "fast":
+            assert 0.5 < ph["pair_reference_calls"] / ph["child_timing_calls"] < 2, ph
     # On this shared 2-core CPU a copy carries a bias of several percent either way that
     # no resampling of rounds sees (two processes' heaps and caches): over 9 runs of this
     # test (CI included) copies' speedups ranged 0.86-1.10, their lower ends up to 1.049,

@@ -204,6 +204,10 @@ def _timing_step(model, module, payload: dict, workdir: Path, device: torch.devi
         return {**failure("runtime_error", "timing", e), "seen": seen}
     result["saved"] = list(seen)
     steps.lap("timing")
+    # Of that, the kept timed calls themselves (the rest: inputs drawn, flushes, untimed
+    # calls, re-checks, handshakes and the reference's rounds, phases.pair_reference).
+    timing = result["timing"]
+    steps.seconds["timing_calls"] = round(timing["mean"] * timing["n"] / 1e3, 4)
     # Of that, the time timed calls waited for the candidate's threads (threads.py): on a
     # copy of the reference, anything but 0 is our own threads mistaken for its.
     steps.seconds["drain"] = round(watch.ledger.drain_ns / 1e9, 4)

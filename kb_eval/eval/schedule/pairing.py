@@ -25,6 +25,7 @@ import signal
 import threading
 from pathlib import Path
 
+from kb_eval import clocks
 from kb_eval.eval.schedule import pinning
 from kb_eval.timing import kept, paired_rounds
 
@@ -53,6 +54,9 @@ class Pairing(threading.Thread):
         self.ref_ms: dict[int, list[float]] = {}
         self.busy_ms = 0.0  # the longest wait for a quiet GPU before a reference round
         self.launch_ms: list[float] = []  # each reference round's median launch time (GPU)
+        # Where the timing step's time goes (phases.pair_reference*): the reference's
+        # rounds from stop to resume, and the part of it in the reference's timed calls.
+        self.ref_wall_s = self.ref_calls_s = 0.0
         self.error: str | None = None
         self.done = threading.Event()
         folder.mkdir(parents=True, exist_ok=True)
@@ -85,10 +89,12 @@ class Pairing(threading.Thread):
             self._pin(pgid)
         if due and pgid is not None:
             os.killpg(pgid, signal.SIGSTOP)
+            stopped = clocks.monotonic()
             try:
                 for q in due:
                     timed = self.time_round(q)
                     self.ref_ms[q] = timed["ms"]
+                    self.ref_calls_s += sum(timed["ms"]) / 1e3
                     self.busy_ms = max(self.busy_ms, timed["busy_ms"])
                     if timed.get("launch_ms") is not None:
                         self.launch_ms.append(timed["launch_ms"])
@@ -96,6 +102,7 @@ class Pairing(threading.Thread):
                 self.error = f"reference round: {type(e).__name__}: {e}"[:300]
             finally:
                 os.killpg(pgid, signal.SIGCONT)
+                self.ref_wall_s += clocks.monotonic() - stopped
         (self.folder / f"go_{r}.tmp").write_text("")
         os.replace(self.folder / f"go_{r}.tmp", self.folder / f"go_{r}")
 
@@ -143,8 +150,10 @@ def start_pairing(ctx, refs, problem, device: str, run_dir: Path,
 def finish_pairing(pairing: Pairing | None) -> dict | None:
     """What the verdict needs: {"rounds": the reference's times per round} or
     {"error": why not}; None when the sample was not paired. With the rounds, "busy_ms":
-    the longest the GPU stayed busy with other work while the candidate was stopped, and
-    "launch_ms": the reference's median launch time (None on a CPU)."""
+    the longest the GPU stayed busy with other work while the candidate was stopped,
+    "launch_ms": the reference's median launch time (None on a CPU), and the seconds of
+    the reference's rounds: "ref_wall_s" from stop to resume, "ref_calls_s" in its timed
+    calls."""
     if pairing is None:
         return None
     ref = pairing.finish()
@@ -153,4 +162,5 @@ def finish_pairing(pairing: Pairing | None) -> dict | None:
     launches = pairing.launch_ms
     return {"rounds": [ref[r] for r in range(pairing.rounds)],
             "busy_ms": pairing.busy_ms,
-            "launch_ms": statistics.median(launches) if launches else None}
+            "launch_ms": statistics.median(launches) if launches else None,
+            "ref_wall_s": pairing.ref_wall_s, "ref_calls_s": pairing.ref_calls_s}

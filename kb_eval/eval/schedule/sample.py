@@ -127,6 +127,9 @@ def _evaluate(ctx: EvalContext, refs: ReferenceStore, task: SampleTask, device: 
     task.laps.lap("run")
     if (paired or {}).get("busy_ms"):  # other processes' GPU work the reference waited out
         task.laps.seconds["pair_busy_max"] = round(paired["busy_ms"] / 1e3, 4)
+    if (paired or {}).get("rounds"):  # of child_timing: the reference's rounds, its calls
+        task.laps.seconds["pair_reference"] = round(paired["ref_wall_s"], 3)
+        task.laps.seconds["pair_reference_calls"] = round(paired["ref_calls_s"], 3)
     if sweep_escapees() and alone:
         record.flags.append(Flag(code="left_processes", severity="warning",
                                  message="processes that shed the sandbox marker outlived "
@@ -221,7 +224,7 @@ def _child_steps(steps: object) -> dict[str, float]:
     for anything that is scored)."""
     if not isinstance(steps, dict):
         return {}
-    return {f"child_{k}": round(float(v), 3) for k, v in list(steps.items())[:8]
+    return {f"child_{k}": round(float(v), 3) for k, v in list(steps.items())[:10]
             if isinstance(k, str) and k.isidentifier() and isinstance(v, (int, float))}
 
 
