@@ -325,6 +325,10 @@ def main() -> int:
     p.add_argument("--backend", choices=["cuda", "cpp"],
                    default="cuda" if torch.cuda.is_available() else "cpp")
     p.add_argument("--trials", type=int, default=100, help="timed calls per candidate")
+    p.add_argument("--round-spin-up-ms", type=float, default=10.0,
+                   help="GPU work before each paired round on both sides (TimingSettings."
+                        "round_spin_up_ms; 0: none, to measure what the spin-ups cost and "
+                        "whether the reference copies' band holds without them)")
     p.add_argument("--correct-trials", type=int, default=5)
     p.add_argument("--jobs", type=int, default=default_jobs(),
                    help="parallel build children (default: the eval's, cores + 25%%)")
@@ -400,7 +404,8 @@ def main() -> int:
         assert len({src for _, _, src in pairs}) == len(pairs), "sources must be distinct"
     config = EvalConfig(backend=args.backend, live_baseline=True, jobs=args.jobs,
                         correct_trials=args.correct_trials,
-                        timing=TimingSettings(trials=args.trials),
+                        timing=TimingSettings(trials=args.trials,
+                                              round_spin_up_ms=args.round_spin_up_ms),
                         cache_dir=root / "cache", results_dir=root / "results",
                         pch=not args.no_pch, lane_depth=args.lane_depth,
                         load_budget_s=args.load_budget, call_budget_s=args.call_budget,

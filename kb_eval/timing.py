@@ -34,6 +34,9 @@ class TimingSettings(BaseModel):
     discard_first: bool = Field(True, description="time one extra call and drop the first")
     paired_rounds: int = Field(20, ge=0, description="eval: rounds in which the reference "
                                "and the candidate are timed alternately (0: no pairing)")
+    round_spin_up_ms: float = Field(10.0, ge=0, description="eval: GPU work (ms) before "
+                                    "each paired round, on both sides, so that a round "
+                                    "after the other side's starts at full clocks")
     method: str = Field("cuda_events+l2flush+devsync", description="recorded with results; "
                         "speedups refuse to mix methods")
 
@@ -189,18 +192,20 @@ def kept(settings: TimingSettings, r: int, samples: list[float]) -> list[float]:
 _TIMERS: dict[tuple[str, bool], "_CudaTimer"] = {}
 
 
-def timer_for(device: torch.device, flush_l2: bool = True) -> "_CpuTimer | _CudaTimer":
+def timer_for(device: torch.device, flush_l2: bool = True,
+              spin_up_s: float = 0.01) -> "_CpuTimer | _CudaTimer":
     """The process's timer for `device`: a CUDA timer (its flush buffer and calibration)
-    is made once and reused by every round. Each use spins the GPU up again briefly, so
-    a round that follows an idle wait (the other side's round, a file read) starts at
-    the clocks the previous one ended at."""
+    is made once and reused by every round. Each use spins the GPU up again for
+    `spin_up_s`, so a round that follows an idle wait (the other side's round, a file
+    read) starts at the clocks the previous one ended at. 20 paired rounds spend 0.4 s of
+    each sample so (TimingSettings.round_spin_up_ms, both sides)."""
     if device.type != "cuda":
         return _CpuTimer()
     key = (str(device), flush_l2)
     if key not in _TIMERS:
         _TIMERS[key] = _CudaTimer(device, flush_l2)
-    else:
-        _TIMERS[key]._spin_up(0.01)
+    elif spin_up_s > 0:
+        _TIMERS[key]._spin_up(spin_up_s)
     return _TIMERS[key]
 
 

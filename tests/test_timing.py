@@ -60,3 +60,16 @@ def test_launch_share_is_the_hosts_part_of_a_call_capped_at_one():
     assert stats.model_copy(update={"launch_ms": 0.5}).launch_share == 0.25
     # the host's clock and the GPU's events differ a little: never more than the call
     assert stats.model_copy(update={"launch_ms": 2.04}).launch_share == 1.0
+
+
+def test_files_from_before_the_spin_up_setting_keep_their_settings():
+    """A baseline file written before `round_spin_up_ms` existed reads back with the
+    behaviour it was timed with (10 ms), so `--resume` continues it instead of calling
+    its settings different; a run that changes it says so in its settings."""
+    old = TimingSettings().model_dump()
+    del old["round_spin_up_ms"]
+    assert TimingSettings.model_validate(old) == TimingSettings()
+    assert TimingSettings.model_validate(old).round_spin_up_ms == 10.0
+    assert TimingSettings(round_spin_up_ms=0) != TimingSettings()
+    with pytest.raises(ValueError):
+        TimingSettings(round_spin_up_ms=-1)

@@ -29,7 +29,7 @@ def time_paired(fn, settings: TimingSettings, device: torch.device, args, on_out
     for i in range(settings.warmup):
         fn(*args(-1 - i))
     samples, medians = [], []
-    timer = timer_for(device, settings.flush_l2)
+    timer = timer_for(device, settings.flush_l2, settings.round_spin_up_ms / 1e3)
     take_launch_ms(timer)  # launches timed before (none today) are not this timing's
     for r, calls in enumerate(rounds):
         if r:
@@ -38,7 +38,7 @@ def time_paired(fn, settings: TimingSettings, device: torch.device, args, on_out
         fn(*args(-1 - settings.warmup - r))  # the round's first call: not timed (either side)
         untimed_ended()
         # timer_for each round (one timer per process): it spins the GPU up after the wait
-        timer = timer_for(device, settings.flush_l2)
+        timer = timer_for(device, settings.flush_l2, settings.round_spin_up_ms / 1e3)
         ms = kept(settings, r, time_calls(fn, calls, timer, args, on_output, collect=r == 0))
         samples += ms
         medians.append(statistics.median(ms))

@@ -316,7 +316,7 @@ def time_round(payload: dict, device: torch.device) -> dict:
             calls.call(*calls.args(-1 - i))
             calls.untimed_ended()
         sync(device)
-        timer = timer_for(device, settings.flush_l2)
+        timer = timer_for(device, settings.flush_l2, settings.round_spin_up_ms / 1e3)
         take_launch_ms(timer)
         ms = kept(settings, r, time_calls(calls.call, calls_r, timer, calls.args,
                                           calls.on_output, collect=r == 0))
