@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
+import threading
 
 from kb_eval.errors import UserError
 
@@ -58,12 +60,17 @@ def connect(address: str | None) -> bool:
         shown = f"RAY_ADDRESS={address}"
     if address and address not in ("auto", "local"):
         _check_reachable(address, shown)
+    # ray.init replaces the driver's SIGTERM handler with one that exits at once (code
+    # 15); ours (kb_eval.cli.run_cli) stops the run as Ctrl-C does, the same as locally.
+    sigterm = signal.getsignal(signal.SIGTERM)
     try:
         if address:
             ray.init(address=address, namespace=NAMESPACE, logging_level=logging.WARNING)
         else:
             ray.init(namespace=NAMESPACE, include_dashboard=False,
                      logging_level=logging.WARNING)
+        if callable(sigterm) and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, sigterm)
     except Exception as e:  # noqa: BLE001 - Ray raises several kinds; all mean "cannot join"
         line = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
         hint = ("; a cluster started with token authentication (Ray 2.60's default) also "

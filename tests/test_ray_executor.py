@@ -252,6 +252,44 @@ def test_driver_killed_then_resume(cluster, folder, tmp_path, build_cache_dir):
     assert not _lanes() - before
     assert sweep_dead_lanes() == 0
 
+def test_driver_terminated_stops_like_ctrl_c(cluster, folder, tmp_path, build_cache_dir):
+    """`kill` (SIGTERM) on the driver once a lane's record is written: the run stops as
+    Ctrl-C stops it, as locally (ray.init puts in a handler of its own that exits with
+    15): one line, exit 130, the records written kept, its lanes gone."""
+    before = _lanes()
+    path = tmp_path / "ray" / "m" / "r" / "results.json"
+    log = (tmp_path / "driver.log").open("w")
+    cmd = eval_cmd(folder, tmp_path / "ray", build_cache_dir, "--executor", "ray",
+                   "--ray-address", cluster)
+    driver = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=kit.REPO,
+                              start_new_session=True)
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and driver.poll() is None:
+            try:
+                if any("lane" in s for s in json.loads(path.read_text())["samples"]):
+                    break
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.05)
+        assert driver.poll() is None, (tmp_path / "driver.log").read_text()[-3000:]
+        driver.send_signal(signal.SIGTERM)
+        driver.wait(timeout=120)
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait(timeout=30)
+        log.close()
+    out = (tmp_path / "driver.log").read_text()
+    assert driver.returncode == 130, out[-3000:]
+    assert "interrupted: what was finished is saved" in out
+    assert any("lane" in r for r in verdicts(tmp_path / "ray").values())
+    deadline = time.monotonic() + 60
+    while _lanes() - before and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _lanes() - before, _lanes()
+
+
 def _kill_lane_when(mark: Path, killed: list) -> None:
     """Once the slow candidate announces itself, ray.kill the lane actor running it."""
     deadline = time.monotonic() + 240
