@@ -209,6 +209,12 @@ def timer_for(device: torch.device, flush_l2: bool = True,
     return _TIMERS[key]
 
 
+def round_timer(device: torch.device, settings: TimingSettings) -> "_CpuTimer | _CudaTimer":
+    """The timer for a paired round: spun up for the settings' `round_spin_up_ms`, the
+    same on both sides (the candidate's child and the reference server)."""
+    return timer_for(device, settings.flush_l2, settings.round_spin_up_ms / 1e3)
+
+
 def device_wait_ms(device: torch.device) -> float | None:
     """Host milliseconds a device-wide synchronize blocked: long means work was pending on
     some stream. None when this thread was preempted meanwhile (an involuntary context

@@ -11,8 +11,8 @@ import torch
 
 from kb_eval import clocks
 from kb_eval.eval.child.probes import sync
-from kb_eval.timing import (TimingSettings, TimingStats, kept, take_launch_ms, time_calls,
-                            timer_for)
+from kb_eval.timing import (TimingSettings, TimingStats, kept, round_timer, take_launch_ms,
+                            time_calls)
 
 
 def time_paired(fn, settings: TimingSettings, device: torch.device, args, on_output,
@@ -29,7 +29,7 @@ def time_paired(fn, settings: TimingSettings, device: torch.device, args, on_out
     for i in range(settings.warmup):
         fn(*args(-1 - i))
     samples, medians = [], []
-    timer = timer_for(device, settings.flush_l2, settings.round_spin_up_ms / 1e3)
+    timer = round_timer(device, settings)
     take_launch_ms(timer)  # launches timed before (none today) are not this timing's
     for r, calls in enumerate(rounds):
         if r:
@@ -37,8 +37,8 @@ def time_paired(fn, settings: TimingSettings, device: torch.device, args, on_out
         handshake(folder, r, device)
         fn(*args(-1 - settings.warmup - r))  # the round's first call: not timed (either side)
         untimed_ended()
-        # timer_for each round (one timer per process): it spins the GPU up after the wait
-        timer = timer_for(device, settings.flush_l2, settings.round_spin_up_ms / 1e3)
+        # a timer each round (one per process): it spins the GPU up after the wait
+        timer = round_timer(device, settings)
         ms = kept(settings, r, time_calls(fn, calls, timer, args, on_output, collect=r == 0))
         samples += ms
         medians.append(statistics.median(ms))

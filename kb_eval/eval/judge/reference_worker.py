@@ -49,7 +49,7 @@ from kb_eval.inputs import (cast_tree, make_init_inputs, make_inputs, precision_
                             set_precision_flags, widened)
 from kb_eval.profile.launches import count_or_error
 from kb_eval.timing import (TimingSettings, busy_ms_before_quiet, kept, paired_rounds,
-                            take_launch_ms, time_calls, timer_for)
+                            round_timer, take_launch_ms, time_calls)
 
 MAX_PROBLEMS = 8  # problems kept loaded (models hold their weights)
 # Reference outputs kept on a GPU between samples: at most this share of its memory. They
@@ -316,7 +316,7 @@ def time_round(payload: dict, device: torch.device) -> dict:
             calls.call(*calls.args(-1 - i))
             calls.untimed_ended()
         sync(device)
-        timer = timer_for(device, settings.flush_l2, settings.round_spin_up_ms / 1e3)
+        timer = round_timer(device, settings)
         take_launch_ms(timer)
         ms = kept(settings, r, time_calls(calls.call, calls_r, timer, calls.args,
                                           calls.on_output, collect=r == 0))
