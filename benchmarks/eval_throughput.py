@@ -34,7 +34,6 @@ import json
 import os
 import resource
 import shutil
-import signal
 import statistics
 import sys
 import tempfile
@@ -44,6 +43,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from kb_eval.cli import sigterm_as_interrupt  # noqa: E402
 from kb_eval.errors import UserError  # noqa: E402
 from kb_eval.eval import EvalConfig, evaluate  # noqa: E402
 from kb_eval.eval.config import default_jobs  # noqa: E402
@@ -436,16 +436,12 @@ def main() -> int:
     return 0 if ok else 1
 
 
-def _stop(signum, frame):
-    raise KeyboardInterrupt
-
-
 if __name__ == "__main__":
     # A time limit's SIGTERM stops the run as Ctrl-C does: the evaluation kills its
     # children (builds included) on the way out, so a run that follows on the same machine
     # is not timed beside the stopped one's compilers. The passes done are in --records.
-    signal.signal(signal.SIGTERM, _stop)
     try:
-        sys.exit(main())
+        with sigterm_as_interrupt():
+            sys.exit(main())
     except KeyboardInterrupt:
         sys.exit("eval_throughput: stopped (the passes finished before are in --records)")

@@ -6,6 +6,7 @@ run (eval and run both evaluate)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import signal
 import sys
 import tempfile
@@ -21,19 +22,30 @@ def run_cli(main: Callable[[list[str] | None], int | None], argv: list[str] | No
     a timeout, a batch scheduler's preemption) stops it as Ctrl-C does: children killed,
     what was finished saved, exit 130. Python's default would end the process at once
     and leave its children behind."""
-    on_main = threading.current_thread() is threading.main_thread()
-    before = signal.signal(signal.SIGTERM, _interrupt) if on_main else None
     try:
-        return int(main(argv) or 0)
+        with sigterm_as_interrupt():
+            return int(main(argv) or 0)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted: what was finished is saved; rerun with --resume", file=sys.stderr)
         return 130
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt():
+    """Inside, SIGTERM raises KeyboardInterrupt as Ctrl-C does (main thread only; elsewhere
+    a handler cannot be set); the handler from before comes back after, so a caller in
+    the same process (a test) keeps its own."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        yield
     finally:
-        if on_main:  # a caller in the same process (a test) keeps its own handling
-            signal.signal(signal.SIGTERM, signal.SIG_DFL if before is None else before)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if before is None else before)
 
 
 def _interrupt(signum, frame):
