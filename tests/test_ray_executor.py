@@ -7,6 +7,7 @@ or a missing Ray as one line, exit 2."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -191,19 +192,17 @@ def _lanes() -> set[str]:
             if a["name"].startswith("kb-eval-lane-")}
 
 
-def test_driver_killed_then_resume(cluster, folder, tmp_path, build_cache_dir):
-    """SIGKILL the driver (its process group) once results.json holds a lane's record but
-    not all; its lane actors end with it (Ray: owned by its job), and `--resume` with the
-    same command judges the rest: each sample once, the records written before kept as
-    they were, the local executor's verdicts."""
-    expected = local_verdicts(folder, tmp_path, build_cache_dir)
-    before = _lanes()
-    args = ("--executor", "ray", "--ray-address", cluster)
+@contextlib.contextmanager
+def _driver_past_a_lane_record(folder: Path, tmp_path: Path, cache: Path, cluster: str):
+    """A Ray driver of the folder (its own process group, children included, its output
+    in driver.log), handed over still running once results.json holds a lane's record;
+    killed with its group on the way out if the caller left it running."""
     path = tmp_path / "ray" / "m" / "r" / "results.json"
     log = (tmp_path / "driver.log").open("w")
-    cmd = eval_cmd(folder, tmp_path / "ray", build_cache_dir, *args)
+    cmd = eval_cmd(folder, tmp_path / "ray", cache, "--executor", "ray", "--ray-address",
+                   cluster)
     driver = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=kit.REPO,
-                              start_new_session=True)  # its own group, children included
+                              start_new_session=True)
     try:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline and driver.poll() is None:
@@ -214,15 +213,29 @@ def test_driver_killed_then_resume(cluster, folder, tmp_path, build_cache_dir):
             if any("lane" in s for s in samples):
                 break
             time.sleep(0.05)
-        assert driver.poll() is None, "the driver ended before the kill: " + \
+        assert driver.poll() is None, "the driver ended before the signal: " + \
             (tmp_path / "driver.log").read_text()[-3000:]
         assert time.monotonic() < deadline, "no lane record in 240 s"
-        os.killpg(driver.pid, signal.SIGKILL)
+        yield driver
     finally:
         if driver.poll() is None:
             os.killpg(driver.pid, signal.SIGKILL)
-        driver.wait(timeout=30)
+            driver.wait(timeout=30)
         log.close()
+
+
+def test_driver_killed_then_resume(cluster, folder, tmp_path, build_cache_dir):
+    """SIGKILL the driver (its process group) once results.json holds a lane's record but
+    not all; its lane actors end with it (Ray: owned by its job), and `--resume` with the
+    same command judges the rest: each sample once, the records written before kept as
+    they were, the local executor's verdicts."""
+    expected = local_verdicts(folder, tmp_path, build_cache_dir)
+    before = _lanes()
+    args = ("--executor", "ray", "--ray-address", cluster)
+    path = tmp_path / "ray" / "m" / "r" / "results.json"
+    with _driver_past_a_lane_record(folder, tmp_path, build_cache_dir, cluster) as driver:
+        os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait(timeout=30)
     assert driver.returncode == -signal.SIGKILL
     kept = verdicts(tmp_path / "ray")  # the file as the driver left it
     assert 0 < len(kept) < len(expected), sorted(kept)
@@ -257,29 +270,9 @@ def test_driver_terminated_stops_like_ctrl_c(cluster, folder, tmp_path, build_ca
     Ctrl-C stops it, as locally (ray.init puts in a handler of its own that exits with
     15): one line, exit 130, the records written kept, its lanes gone."""
     before = _lanes()
-    path = tmp_path / "ray" / "m" / "r" / "results.json"
-    log = (tmp_path / "driver.log").open("w")
-    cmd = eval_cmd(folder, tmp_path / "ray", build_cache_dir, "--executor", "ray",
-                   "--ray-address", cluster)
-    driver = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=kit.REPO,
-                              start_new_session=True)
-    try:
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline and driver.poll() is None:
-            try:
-                if any("lane" in s for s in json.loads(path.read_text())["samples"]):
-                    break
-            except (OSError, ValueError):
-                pass
-            time.sleep(0.05)
-        assert driver.poll() is None, (tmp_path / "driver.log").read_text()[-3000:]
+    with _driver_past_a_lane_record(folder, tmp_path, build_cache_dir, cluster) as driver:
         driver.send_signal(signal.SIGTERM)
         driver.wait(timeout=120)
-    finally:
-        if driver.poll() is None:
-            os.killpg(driver.pid, signal.SIGKILL)
-            driver.wait(timeout=30)
-        log.close()
     out = (tmp_path / "driver.log").read_text()
     assert driver.returncode == 130, out[-3000:]
     assert "interrupted: what was finished is saved" in out
