@@ -10,9 +10,10 @@ compares on the device. Two verdicts per label:
 - float64 truth's (`f64`, when the server computed the reference in float64 too): the
   error against the truth within K times the reference's own (kb_eval/eval/judge/truth.py).
 Differences are computed in chunks (large outputs do not triple the memory) and in
-float64. The parent gets one summary per label (`Diff.as_dict`) and adds them up
-(`info_from_diffs`); the rule asked for (`--tolerance`, or the problem's `KB_TOLERANCE`)
-decides, the other is recorded beside it.
+float64; on a GPU by fused Triton kernels, one read of the data (judge/fused.py;
+`KB_EVAL_FUSED_COMPARE=0` turns them off). The parent gets one summary per label
+(`Diff.as_dict`) and adds them up (`info_from_diffs`); the rule asked for (`--tolerance`,
+or the problem's `KB_TOLERANCE`) decides, the other is recorded beside it.
 """
 
 from __future__ import annotations
@@ -123,6 +124,32 @@ def compare_tensor(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: floa
     if out.is_complex():
         out, ref = torch.view_as_real(out), torch.view_as_real(ref)
     o, r = out.reshape(-1), ref.reshape(-1)
+    max_abs, sum_abs, count, max_rel, bad, nan_bad, inf_bad = kb_stats(o, r, atol, rtol)
+    d = Diff(True, None, max_abs, sum_abs, count, max_rel)
+    problems = special_messages(nan_bad, inf_bad)
+    if bad:
+        problems.append(f"{bad}/{o.numel()} values beyond atol={atol:g} rtol={rtol:g} "
+                        f"(max abs diff {d.max_abs:.3g})")
+    if problems:
+        d.ok, d.error = False, "; ".join(problems)
+    return d
+
+
+def kb_stats(o: torch.Tensor, r: torch.Tensor, atol: float,
+             rtol: float) -> tuple[float, float, int, float, int, int, int]:
+    """(max_abs, sum_abs, count, max_rel, bad, nan_bad, inf_bad) of flat `o` against `r`:
+    by the fused kernels (fused.py) where `r` is on a GPU, else by the torch code."""
+    if r.device.type == "cuda":
+        from kb_eval.eval.judge import fused  # imports Triton: only where a GPU judges
+
+        if fused.enabled(r, o):
+            return fused.kb_stats(o, r, atol, rtol, CHUNK)
+    return kb_stats_torch(o, r, atol, rtol)
+
+
+def kb_stats_torch(o: torch.Tensor, r: torch.Tensor, atol: float,
+                   rtol: float) -> tuple[float, float, int, float, int, int, int]:
+    """kb_stats in torch, chunk by chunk in float64 (any device, any dtype)."""
     # Every position kept, the uncounted ones zeroed, sums read once (truth.py says why).
     zero = torch.zeros((), dtype=torch.float64, device=r.device)
     max_abs, sum_abs, max_rel = zero, zero, zero
@@ -139,15 +166,8 @@ def compare_tensor(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: floa
         max_abs, sum_abs = torch.maximum(max_abs, diff.max()), sum_abs + diff.sum()
         rel = diff.div(ra.clamp_min_(max(atol, 1e-12))).masked_fill_(out_of_count, 0.0)
         max_rel, count = torch.maximum(max_rel, rel.max()), count + finite.sum()
-    d = Diff(True, None, float(max_abs), float(sum_abs), int(count), float(max_rel))
-    bad = int(bad)
-    problems = special_messages(nan_bad, inf_bad)
-    if bad:
-        problems.append(f"{bad}/{o.numel()} values beyond atol={atol:g} rtol={rtol:g} "
-                        f"(max abs diff {d.max_abs:.3g})")
-    if problems:
-        d.ok, d.error = False, "; ".join(problems)
-    return d
+    return (float(max_abs), float(sum_abs), int(count), float(max_rel), int(bad),
+            nan_bad, inf_bad)
 
 
 def compare_outputs(outs: list[torch.Tensor], refs: list[torch.Tensor], atol: float,
