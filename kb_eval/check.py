@@ -26,8 +26,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from kb_eval.cli import (Parser, add_execution_flags, add_precision_flag,
-                         add_selection_flags, check_gpus_visible, execution_config, run_cli,
+from kb_eval.cli import (TIMING_BUDGET_MS_DEFAULT, Parser, add_execution_flags,
+                         add_precision_flag, add_selection_flags, add_timing_budget_flag,
+                         check_gpus_visible, check_timing_budget, execution_config, run_cli,
                          writable_dir)
 from kb_eval.errors import UserError
 from kb_eval.isolation import run_isolated
@@ -168,6 +169,7 @@ def parser(defaults) -> Parser:
                         f"{defaults.cpu_trials} on CPU)")
     h.add_argument("--correct-trials", type=int, default=defaults.correct_trials,
                    help=f"correctness trials per copy (default: {defaults.correct_trials})")
+    add_timing_budget_flag(h, TIMING_BUDGET_MS_DEFAULT)
     h.add_argument("--out", type=Path, default=None,
                    help="the JSON report (default: <results-dir>/check/<hardware>/"
                         "harness_<source>_<precision>.json)")
@@ -190,8 +192,10 @@ def harness_main(args, d) -> int:
     cpu = backend == "cpp"
     if args.trials is not None and args.trials < 1:
         raise UserError(f"--trials must be at least 1 (got {args.trials})")
+    check_timing_budget(args)
     timing = TimingSettings(warmup=d.cpu_warmup if cpu else d.warmup,
-                            trials=args.trials or (d.cpu_trials if cpu else d.trials))
+                            trials=args.trials or (d.cpu_trials if cpu else d.trials),
+                            budget_ms=args.timing_budget_ms)
     config = EvalConfig(backend=backend, precision=args.precision, timing=timing,
                         correct_trials=args.correct_trials, live_baseline=True,
                         results_dir=args.results_dir, **execution_config(args))

@@ -117,6 +117,22 @@ def add_results_dir_flag(p: argparse.ArgumentParser, default: Path, what: str) -
 # EvalConfig.recheck_timed's default, written here so that the parsers need not import
 # kb_eval.eval (torch) before --help answers; tests/test_user_mistakes.py checks they agree.
 RECHECK_TIMED_DEFAULT = 8
+TIMING_BUDGET_MS_DEFAULT = 100.0  # TimingSettings.budget_ms's, likewise
+
+
+def add_timing_budget_flag(p: argparse.ArgumentParser, default: float | None) -> None:
+    """--timing-budget-ms (kb_eval.eval and kb_eval.run); `default` None: filled in later."""
+    p.add_argument("--timing-budget-ms", type=float, default=default, metavar="MS",
+                   help="fewer timed calls for slow problems: per sample, as many as take "
+                        "about MS at the reference's speed (estimated once per problem), "
+                        "never fewer than one per paired round (20) nor more than --trials "
+                        f"(default: {TIMING_BUDGET_MS_DEFAULT:g}; 0: always --trials)")
+
+
+def check_timing_budget(args) -> None:
+    budget = getattr(args, "timing_budget_ms", None)
+    if budget is not None and not budget >= 0:  # also NaN
+        raise UserError(f"--timing-budget-ms must be 0 or more (got {budget})")
 
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")  # torch.compile's modes

@@ -66,8 +66,8 @@ def _eval(tmp_path, build_cache_dir, copies: int):
     proc, rec, path = run_eval(entries, backend="cpp", results_dir=tmp_path / "res",
                                cache_dir=build_cache_dir, problems=HERE / "problems",
                                env={"OMP_NUM_THREADS": "1"},
-                               args=("--trials", "60", "--warmup", "3",
-                                     "--correct-trials", "2", "--jobs", "1"))
+                               args=("--trials", "60", "--warmup", "3", "--timing-budget-ms",
+                                     "0", "--correct-trials", "2", "--jobs", "1"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     return rec, json.loads(path.read_text())["summary"]
 
@@ -105,6 +105,27 @@ def test_reference_copies_hold_one_and_a_real_speedup_is_sig(tmp_path, build_cac
     sig = sum(r["speedup_ci"][0] > 1.0 for r in rec.values())
     assert summary["fast_p_sig"]["fast_1"] == pytest.approx(sig / 9)
     assert summary["fast_p_sig"]["fast_2"] == pytest.approx(1 / 9)
+
+
+def test_budget_cuts_the_timed_calls_of_slow_problems_on_both_sides(tmp_path, build_cache_dir):
+    """--timing-budget-ms: a reference call of several ms on this CPU against a 1 ms budget
+    leaves one timed call per paired round (20 of the 60 asked), on both sides alike, and
+    the rounds still pair; --timing-budget-ms 0 keeps the 60."""
+    cand = HERE / "candidates" / "matmul_copy.py"
+    counts = {}
+    for budget in ("1", "0"):
+        proc, rec, _ = run_eval([("fast", "level1/3", cand)], backend="cpp",
+                                results_dir=tmp_path / f"res{budget}", cache_dir=build_cache_dir,
+                                problems=HERE / "problems", env={"OMP_NUM_THREADS": "1"},
+                                args=("--trials", "60", "--warmup", "1", "--correct-trials", "1",
+                                      "--jobs", "1", "--timing-budget-ms", budget))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        r = rec["fast"]
+        assert r["correct"] and r["speedup_ci_method"] == "paired_rounds", r
+        assert len(r["baseline"]["rounds"]) == len(r["timing"]["rounds"]) == 20
+        counts[budget] = (r["timing"]["n"], r["baseline"]["n"])
+        assert r["phases"]["estimate"] >= 0
+    assert counts == {"1": (20, 20), "0": (60, 60)}
 
 
 def test_a_live_reference_is_timed_alone_only_where_no_rounds_timed_it(tmp_path):

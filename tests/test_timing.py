@@ -73,3 +73,20 @@ def test_files_from_before_the_spin_up_setting_keep_their_settings():
     assert TimingSettings(round_spin_up_ms=0) != TimingSettings()
     with pytest.raises(ValueError):
         TimingSettings(round_spin_up_ms=-1)
+
+
+def test_budgeted_calls_by_hand():
+    """timing.budgeted: trials cut to budget / call time, at least one per paired round
+    (or per block of the unpaired statistics), never more than asked; 0 or no estimate:
+    as asked."""
+    from kb_eval.timing import budgeted
+
+    s = TimingSettings(trials=100, paired_rounds=20, budget_ms=100)
+    assert budgeted(s, 0.01).trials == 100  # short calls: all of them
+    assert budgeted(s, 3.0).trials == 34  # ceil(100 / 3)
+    assert budgeted(s, 22.0).trials == 20  # one per round
+    assert budgeted(s, None).trials == budgeted(s, 0).trials == 100
+    assert budgeted(s.model_copy(update={"budget_ms": 0}), 22.0).trials == 100
+    assert budgeted(s.model_copy(update={"trials": 12}), 22.0).trials == 12
+    assert budgeted(s.model_copy(update={"paired_rounds": 0}), 50.0).trials == 20
+    assert budgeted(s, 3.0).model_copy(update={"trials": 100}) == s  # nothing else moves

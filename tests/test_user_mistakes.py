@@ -73,6 +73,8 @@ CASES = [
     ("run", ["--atol", "-1"], "--atol must be at least 0"),
     ("eval", [*EVAL, "--level", "7"], "level 7 not in"),
     ("eval", [*EVAL, "--rtol", "-0.5"], "--rtol must be at least 0"),
+    ("eval", [*EVAL, "--timing-budget-ms", "-1"], "--timing-budget-ms must be 0 or more"),
+    ("run", ["--timing-budget-ms", "nan"], "--timing-budget-ms must be 0 or more"),
     ("baseline", ["--problems", "3-1"], "3-1"),
     ("baseline", ["--trials", "0"], "--trials must be at least 1"),
     ("check", ["--level", "9"], "level 9 not in"),
@@ -152,6 +154,10 @@ def test_recheck_default_matches_the_eval_config():
     from kb_eval.eval.config import EvalConfig
 
     assert EvalConfig.model_fields["recheck_timed"].default == RECHECK_TIMED_DEFAULT
+    from kb_eval.cli import TIMING_BUDGET_MS_DEFAULT
+    from kb_eval.timing import TimingSettings
+
+    assert TimingSettings.model_fields["budget_ms"].default == TIMING_BUDGET_MS_DEFAULT
 
 
 # ------------------------------------------------------------------ --help and shared flags

@@ -35,10 +35,12 @@ def time_paired(fn, settings: TimingSettings, device: torch.device, args, on_out
         if r:
             check_idle()
         handshake(folder, r, device)
+        started = clocks.perf_counter()
         fn(*args(-1 - settings.warmup - r))  # the round's first call: not timed (either side)
-        untimed_ended()
-        # a timer each round (one per process): it spins the GPU up after the wait
-        timer = round_timer(device, settings)
+        untimed_ended()  # an untimed call returns synchronized (calls.py)
+        # a timer each round (one per process): it spins the GPU up after the wait, less
+        # the untimed call's time (a candidate that stalls that call only starts colder)
+        timer = round_timer(device, settings, clocks.perf_counter() - started)
         ms = kept(settings, r, time_calls(fn, calls, timer, args, on_output, collect=r == 0))
         samples += ms
         medians.append(statistics.median(ms))

@@ -34,6 +34,7 @@ from types import ModuleType
 
 import torch
 
+from kb_eval import clocks
 from kb_eval.eval.wire import device as device_wire, outputs
 from kb_eval.eval.judge.correctness import judge_file, resolve_tolerance
 from kb_eval.eval.child.calls import TimedCalls, Watch
@@ -207,6 +208,8 @@ def compare_sample(payload: dict, workdir: Path) -> dict:
         return plan_problem(payload, device)
     if payload.get("time_calls"):
         return time_round(payload, device)
+    if payload.get("estimate"):
+        return estimate_call(payload, device)
     if payload.get("export"):
         return export_buffers(payload["export"], device)
     if payload.get("exchange_free"):
@@ -313,15 +316,37 @@ def time_round(payload: dict, device: torch.device) -> dict:
                        {calls_r[-1]}, len(calls_r), candidate=False)
     with torch.no_grad():
         for i in range(1 + (settings.warmup if r == 0 else 0)):
+            started = clocks.perf_counter()  # the last one is the round's untimed call
             calls.call(*calls.args(-1 - i))
             calls.untimed_ended()
         sync(device)
-        timer = round_timer(device, settings)
+        timer = round_timer(device, settings, clocks.perf_counter() - started)
         take_launch_ms(timer)
         ms = kept(settings, r, time_calls(calls.call, calls_r, timer, calls.args,
                                           calls.on_output, collect=r == 0))
     release(device)
     return {"ms": ms, "busy_ms": busy_ms, "launch_ms": take_launch_ms(timer)}
+
+
+def estimate_call(payload: dict, device: torch.device) -> dict:
+    """{"ms": a rough time of one call of what paired rounds time (the baseline model), or
+    None}: the second of two synchronized calls, by the host's clock. It sizes each
+    sample's timed calls (timing.budgeted): never a figure that is scored, so it is
+    taken beside other children's untimed work, whose noise only moves that count."""
+    p = _problem(payload, device)
+    timed = baseline_model(p, payload, device)
+    if isinstance(timed, str):
+        return {"ms": None}
+    inputs = inputs_for(p.module, payload["seed"], ("timing", -1), payload["precision"], device)
+    with torch.no_grad():
+        for _ in range(2):
+            started = clocks.perf_counter()
+            timed(*inputs)
+            sync(device)
+    ms = (clocks.perf_counter() - started) * 1e3
+    del inputs
+    release(device)
+    return {"ms": ms}
 
 
 def baseline_model(p: Problem, payload: dict, device: torch.device):

@@ -29,7 +29,7 @@ from kb_eval.isolation import ChildOutcome, Server
 from kb_eval.problems import Problem
 from kb_eval.results import CrashInfo
 from kb_eval.devlock import device_lock
-from kb_eval.timing import TimingStats
+from kb_eval.timing import TimingSettings, TimingStats, budgeted, paired_rounds
 
 if TYPE_CHECKING:
     from kb_eval.eval.schedule.exchange import Exchange
@@ -47,6 +47,8 @@ class ReferenceState:
     harness: bool = False  # the error is the server's (died, killed), not the reference's
     timing_error: str | None = None  # live baseline: why the compiler could not take it
     plan: MemoryPlan | None = None
+    call_ms: float | None = None  # a rough reference call (sizes the timed calls)
+    estimated: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -161,6 +163,26 @@ class ReferenceStore:
                       f"{device}: {state.plan.reason}", file=sys.stderr)
             return state.plan
 
+    def sample_timing(self, problem: Problem, device: str) -> TimingSettings:
+        """The timing settings of a sample of `problem`: the run's, with the timed calls
+        cut to the settings' budget at the reference's speed (timing.budgeted), which the
+        server estimates once per problem (a failed estimate: the run's settings)."""
+        settings = self.ctx.config.timing
+        if not settings.budget_ms or not paired_rounds(settings):
+            return settings
+        state = self._state(problem)
+        with state.lock:
+            if not state.estimated:
+                cfg = self.ctx.config
+                out = self._call(device, {
+                    "estimate": True, "problem_code": problem.code,
+                    "device": self.ctx.torch_device(device), "precision": cfg.precision,
+                    "seed": self.ctx.problem_seed(problem), "baseline_mode": cfg.baseline_mode})
+                ms = (out.result or {}).get("ms") if out.ok else None
+                state.call_ms = float(ms) if isinstance(ms, (int, float)) else None
+                state.estimated = True
+            return budgeted(settings, state.call_ms)
+
     def export(self, device: str, key: str, n: int, nbytes: int) -> dict | None:
         """`n` buffers of `nbytes` on `device` for one sample's outputs (wire/device.py):
         {"handles", "bytes"} for the child's payload, or None (files then) when the
@@ -246,7 +268,8 @@ class ReferenceStore:
         return ReferenceRun(state, seen=result.get("seen", {}), diffs=result.get("diffs", {}),
                             tolerance=result.get("tolerance") or {})
 
-    def time_round(self, problem: Problem, device: str, r: int, k: int) -> dict:
+    def time_round(self, problem: Problem, device: str, r: int, k: int,
+                   settings: TimingSettings) -> dict:
         """The reference's round `r` of a paired timing (schedule/pairing.py): its `k`
         timed calls ("ms"), how long the GPU was busy with another process's work
         before them ("busy_ms") and the calls' median launch time ("launch_ms", GPU).
@@ -255,7 +278,7 @@ class ReferenceStore:
         cfg, server = self.ctx.config, self.servers[device]
         payload = {"time_calls": True, "round": r, "problem_code": problem.code,
                    "device": self.ctx.torch_device(device), "precision": cfg.precision,
-                   "seed": self.ctx.problem_seed(problem), "timing": cfg.timing.model_dump(),
+                   "seed": self.ctx.problem_seed(problem), "timing": settings.model_dump(),
                    "baseline_mode": cfg.baseline_mode}
         with self._server_locks[device]:
             out = server.call(payload, timeout_s=cfg.run_timeout_s, mem_limit_mb=cfg.mem_limit_mb)

@@ -21,7 +21,7 @@ from kb_eval.eval.schedule.context import EvalContext
 from kb_eval.eval.wire.labels import PROBE_LABEL, TIMED_LABEL
 from kb_eval.problems import Problem
 from kb_eval.results import CrashInfo, Flag, SampleRecord
-from kb_eval.timing import TimingStats
+from kb_eval.timing import TimingSettings, TimingStats
 
 
 def child_failure(record: SampleRecord, result: dict) -> SampleRecord:
@@ -55,10 +55,12 @@ def trials_for(asked: int, out_bytes: int | None) -> int:
 
 
 
-def labels_to_check(cfg, saved: object, correct_trials: int | None = None) -> list[str]:
+def labels_to_check(cfg, saved: object, correct_trials: int | None = None,
+                    n_calls: int | None = None) -> list[str]:
     """Every correctness trial (decided here, not by the child), plus the re-checked timed
-    calls the child reports, if well-formed, one per call, no more than were asked for."""
-    n_calls = cfg.timing.n_calls
+    calls the child reports, if well-formed, one per call of the `n_calls` made (default:
+    the run's), no more than were asked for."""
+    n_calls = n_calls or cfg.timing.n_calls
     by_call: dict[int, str] = {}
     for s in sorted(saved if isinstance(saved, list) else [], key=str):
         if (isinstance(s, str) and (m := TIMED_LABEL.fullmatch(s)) and int(m.group(1)) < n_calls
@@ -69,15 +71,19 @@ def labels_to_check(cfg, saved: object, correct_trials: int | None = None) -> li
     return [f"correct_{i}" for i in range(n)] + timed[:cfg.recheck_timed]
 
 
-def expected_rechecks(cfg, metrics: dict | None) -> int:
-    return recheck_count(cfg.recheck_timed, cfg.timing.n_calls, (metrics or {}).get("out_bytes"))
+def expected_rechecks(cfg, metrics: dict | None, timing: TimingSettings | None = None) -> int:
+    n_calls = (timing or cfg.timing).n_calls
+    return recheck_count(cfg.recheck_timed, n_calls, (metrics or {}).get("out_bytes"))
 
 
 def judge_sample(ctx: EvalContext, problem: Problem, source: str, n_correct: int,
                  record: SampleRecord, result: dict, labels: list[str],
-                 ref: ReferenceRun, paired: dict | None = None) -> SampleRecord:
-    """Add up the comparisons, apply the guards and rules, derive the speedup."""
+                 ref: ReferenceRun, paired: dict | None = None,
+                 timing: TimingSettings | None = None) -> SampleRecord:
+    """Add up the comparisons, apply the guards and rules, derive the speedup. `timing`:
+    the sample's settings (its budgeted calls), the run's by default."""
     cfg = ctx.config
+    timing = timing or cfg.timing
     record.correctness = _correctness(cfg, labels, ref)
     seen = result.get("seen") if isinstance(result.get("seen"), dict) else {}
     record.flags.extend(judge({lb: seen[lb] for lb in labels if isinstance(seen.get(lb), dict)},
@@ -85,9 +91,9 @@ def judge_sample(ctx: EvalContext, problem: Problem, source: str, n_correct: int
     record.flags.extend(child_flags(result))
     record.flags.extend(outside_work(result.get("threads_work")))
     timed = [lb for lb in labels if TIMED_LABEL.fullmatch(lb)]
-    record.flags.extend(completeness(expected_rechecks(cfg, ref.state.metrics), timed,
+    record.flags.extend(completeness(expected_rechecks(cfg, ref.state.metrics, timing), timed,
                                      bool(result.get("timing"))))
-    record.flags.extend(timing_plausible(result.get("timing"), cfg.timing.trials))
+    record.flags.extend(timing_plausible(result.get("timing"), timing.trials))
     if result.get("timing") and not any(f.code == "implausible_timing" for f in record.flags):
         record.timing = TimingStats.model_validate(result["timing"])
         record.flags.extend(physical_floor(record.timing.median, ref.state.metrics, ctx.device_kind,

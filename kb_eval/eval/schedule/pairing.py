@@ -129,19 +129,18 @@ class Pairing(threading.Thread):
         return pgid if ok and pgid != os.getpgid(0) else None
 
 
-def start_pairing(ctx, refs, problem, device: str, run_dir: Path,
-                  payload: dict) -> Pairing | None:
-    """Pair this sample's timing (adds `paired` to the child's payload), unless there is
-    no timing or too few trials for rounds."""
-    rounds = paired_rounds(ctx.config.timing)
+def start_pairing(ctx, refs, problem, device: str, run_dir: Path, payload: dict,
+                  settings) -> Pairing | None:
+    """Pair this sample's timing under its `settings` (adds `paired` to the child's
+    payload), unless there is no timing or too few trials for rounds."""
+    rounds = paired_rounds(settings)
     if payload.get("timing") is None or not rounds:
         return None
     folder = run_dir / "pair"
     shutil.rmtree(folder, ignore_errors=True)  # a retry's child starts afresh
     payload["paired"] = {"dir": str(folder)}
-    settings = ctx.config.timing
     pairing = Pairing(lambda r: refs.time_round(
-        problem, device, r, len(kept(settings, r, list(rounds[r])))), folder, len(rounds),
+        problem, device, r, len(kept(settings, r, list(rounds[r]))), settings), folder, len(rounds),
         refs.server_pids(), pinning.core_for(device), lambda: refs.server_pid(device))
     pairing.start()
     return pairing

@@ -29,6 +29,7 @@ from kb_eval.isolation import ChildOutcome, run_isolated
 from kb_eval.problems import Problem
 from kb_eval.profile.launches import paired_counts
 from kb_eval.results import Flag, LaunchCounts, SampleRecord
+from kb_eval.timing import TimingSettings
 
 
 @dataclass
@@ -45,6 +46,7 @@ class SampleTask:
     out_bytes: int | None = None  # one call's outputs, from the plan
     scratch: Path | None = None  # the candidate's run folder when it is not in workdir
     exchange_bytes: int = 0  # outputs handed over on the device: its buffers' size (plan)
+    timing: TimingSettings | None = None  # the run's, with its calls budgeted (retry.py)
 
 
 def new_record(ctx: EvalContext, task: SampleTask) -> SampleRecord:
@@ -113,7 +115,8 @@ def _evaluate(ctx: EvalContext, refs: ReferenceStore, task: SampleTask, device: 
     payload = _payload(ctx, task, device)
     if exchange is not None:
         payload["exchange"] = exchange.spec
-    pairing = start_pairing(ctx, refs, task.problem, device, run_dir, payload)
+    pairing = start_pairing(ctx, refs, task.problem, device, run_dir, payload,
+                            _timing(cfg, task))
     window = _WINDOWS.begin()
     # The budgets enforce the run timeout less the time queued for the timing lock (at
     # most the neighbours' runs, depth - 1 of them); this is the hard cap.
@@ -148,7 +151,8 @@ def _evaluate(ctx: EvalContext, refs: ReferenceStore, task: SampleTask, device: 
     task.laps.seconds.update(_child_steps(result.get("steps")))
     if result.get("status") != "ok":
         return finish(child_failure(record, result), task)
-    labels = labels_to_check(cfg, result.get("saved"), _trials(cfg, task))
+    labels = labels_to_check(cfg, result.get("saved"), _trials(cfg, task),
+                             _timing(cfg, task).n_calls)
     probe = [PROBE_LABEL] if result.get("probe") == PROBE_LABEL else []
     ref = refs.compare(task.problem, labels + probe, run_dir, device, exchange,
                        paired=bool((paired or {}).get("rounds")))
@@ -167,7 +171,7 @@ def _evaluate(ctx: EvalContext, refs: ReferenceStore, task: SampleTask, device: 
     labels = [lb for lb in labels if lb in ref.diffs]
     inject_fault("judge_exception")
     judge_sample(ctx, task.problem, task.source, _trials(cfg, task), record, result, labels,
-                 ref, paired)
+                 ref, paired, _timing(cfg, task))
     _note_diagnostics(record, result, ref.state.metrics or {})
     task.laps.lap("judge")
     return finish(record, task)
@@ -180,7 +184,7 @@ def _payload(ctx: EvalContext, task: SampleTask, device: str) -> dict:
             "extensions_dir": task.build.extensions_dir,
             "device": ctx.torch_device(device), "precision": cfg.precision,
             "seed": ctx.problem_seed(task.problem), "correct_trials": _trials(cfg, task),
-            "timing": cfg.timing.model_dump(), "recheck_timed": cfg.recheck_timed,
+            "timing": _timing(cfg, task).model_dump(), "recheck_timed": cfg.recheck_timed,
             "count_launches": cfg.counts_launches(ctx.device_kind),
             "device_lock": str(ctx.lock_path(device))}
 
@@ -262,3 +266,7 @@ _WINDOWS = _Windows()
 
 def _trials(cfg, task: SampleTask) -> int:
     return task.correct_trials or cfg.correct_trials
+
+
+def _timing(cfg, task: SampleTask) -> TimingSettings:
+    return task.timing or cfg.timing
