@@ -325,7 +325,12 @@ def main() -> int:
     p.add_argument("--n", type=int, default=100, help="number of distinct candidates")
     p.add_argument("--backend", choices=["cuda", "cpp"],
                    default="cuda" if torch.cuda.is_available() else "cpp")
-    p.add_argument("--trials", type=int, default=100, help="timed calls per candidate")
+    p.add_argument("--trials", type=int, default=100,
+                   help="timed calls per candidate (at most: see --timing-budget-ms)")
+    p.add_argument("--timing-budget-ms", type=float, default=TimingSettings().budget_ms,
+                   help="per sample, as many timed calls as take about this long at the "
+                        "reference's speed, at least one per paired round (TimingSettings."
+                        "budget_ms; 0: always --trials)")
     p.add_argument("--round-spin-up-ms", type=float, default=10.0,
                    help="GPU work before each paired round on both sides (TimingSettings."
                         "round_spin_up_ms; 0: none, to measure what the spin-ups cost and "
@@ -406,7 +411,8 @@ def main() -> int:
     config = EvalConfig(backend=args.backend, live_baseline=True, jobs=args.jobs,
                         correct_trials=args.correct_trials,
                         timing=TimingSettings(trials=args.trials,
-                                              round_spin_up_ms=args.round_spin_up_ms),
+                                              round_spin_up_ms=args.round_spin_up_ms,
+                                              budget_ms=args.timing_budget_ms),
                         cache_dir=root / "cache", results_dir=root / "results",
                         pch=not args.no_pch, lane_depth=args.lane_depth,
                         load_budget_s=args.load_budget, call_budget_s=args.call_budget,
@@ -417,7 +423,8 @@ def main() -> int:
             else f"{args.n} distinct {args.backend} candidates over {len(PROBLEMS)} problems")
     print(f"{what}, executor {args.executor}, "
           f"{args.jobs} build jobs, {args.correct_trials} correctness trials, "
-          f"{args.trials} timed calls; cache {config.cache_dir}", flush=True)
+          f"at most {args.trials} timed calls ({args.timing_budget_ms:g} ms budget); "
+          f"cache {config.cache_dir}", flush=True)
     cold = [] if args.warm_only else one_pass("cold cache", pairs, config, devices)
     if args.records:  # after each pass: a run stopped in the next keeps this one
         write_records(args.records, {"cold": cold}, args)
