@@ -16,6 +16,7 @@ an answer (killed from outside, say) is started again and asked once more.
 
 from __future__ import annotations
 
+import math
 import sys
 import threading
 from dataclasses import dataclass, field
@@ -29,7 +30,7 @@ from kb_eval.isolation import ChildOutcome, Server
 from kb_eval.problems import Problem
 from kb_eval.results import CrashInfo
 from kb_eval.devlock import device_lock
-from kb_eval.timing import TimingSettings, TimingStats, budgeted, paired_rounds
+from kb_eval.timing import TimingSettings, TimingStats, budgeted
 
 if TYPE_CHECKING:
     from kb_eval.eval.schedule.exchange import Exchange
@@ -168,8 +169,8 @@ class ReferenceStore:
         cut to the settings' budget at the reference's speed (timing.budgeted), which the
         server estimates once per problem (a failed estimate: the run's settings)."""
         settings = self.ctx.config.timing
-        if not settings.budget_ms or not paired_rounds(settings):
-            return settings
+        if budgeted(settings, math.inf).trials == settings.trials:
+            return settings  # nothing to cut (no budget, or too few calls): no estimate
         state = self._state(problem)
         with state.lock:
             if not state.estimated:
