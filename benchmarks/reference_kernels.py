@@ -7,7 +7,7 @@ run of the reference on the same (rounded) weights and inputs, and whether the e
 holds; median time through kb_eval.timing (CUDA events, a 2x-L2 buffer zeroed before every
 call, warmup, then trials; repeated in rounds that interleave all callables, the median of
 the round medians reported with their spread) of each variant, PyTorch eager and torch.compile (default mode);
-speedups; CUDA launches per forward (torch.profiler, device-side events); for the Linear
+speedups, from the medians and paired (eager / ours within each round: median and range); CUDA launches per forward (torch.profiler, device-side events); for the Linear
 problems our GEMM as % of cuBLAS at the same precision (fp32: TF32 off, the fair one; and
 TF32 on, for information). Solutions build first, in parallel child processes.
 
@@ -180,10 +180,12 @@ def bench_case(problem, files: list[str], precision: str, args, build_errors) ->
             set_precision_flags(precision)
     for row, _, _ in timed:
         ms = per_round[id(row)]
+        row["rounds_ms"] = ms
         row["ms"], row["ms_min"], row["ms_max"] = statistics.median(ms), min(ms), max(ms)
     for r in rows:
         if "ms" in r:
             r["x_eager"] = eager["ms"] / r["ms"]
+            r["x_eager_paired"] = paired_ratio(eager["rounds_ms"], r["rounds_ms"])
             r["launches_eager"] = eager["launches"]
     comp = next((r for r in rows if r["solution"] == "torch.compile" and "ms" in r), None)
     tf32 = next((r for r in rows if r["solution"] == "eager_tf32"), None)
@@ -198,6 +200,15 @@ def bench_case(problem, files: list[str], precision: str, args, build_errors) ->
     return rows
 
 
+def paired_ratio(base_ms: list[float], ms: list[float]) -> dict:
+    """eager / ours round by round (a round times every callable of the case back to back,
+    so a slow phase of the machine hits both sides of a round's ratio alike): the median
+    of those ratios and their range. On a noisy H100, B64xS64 attention bf16 came out
+    1.21x from the medians with eager's rounds spread 162 % and ours 132 %."""
+    ratios = [b / m for b, m in zip(base_ms, ms)]
+    return {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)}
+
+
 def fmt(v, spec: str, none: str = "-") -> str:
     return none if v is None else format(v, spec)
 
@@ -207,13 +218,17 @@ def spread(r: dict) -> str:
     return f"{100 * (r['ms_max'] - r['ms_min']) / r['ms']:.0f}"
 
 
+def paired(p: dict | None) -> str:
+    return "-" if p is None else f"{p['median']:.2f} [{p['min']:.2f}-{p['max']:.2f}]"
+
+
 def pct(v, width: int) -> str:
     return f"{'-' if v is None else f'{v:.0f}%':>{width}s}"
 
 
 def print_table(rows: list[dict]) -> str:
     head = (f"{'problem':14s} {'name':26s} {'prec':4s} {'solution':40s} {'ms':>8s} {'x eager':>7s} "
-            f"{'spread %':>8s} {'x comp':>6s} {'launch':>6s} {'err vs fp64':>11s} {'ok':>3s} {'%cuBLAS':>7s} {'%tf32':>6s}")
+            f"{'spread %':>8s} {'paired [range]':>17s} {'x comp':>6s} {'launch':>6s} {'err vs fp64':>11s} {'ok':>3s} {'%cuBLAS':>7s} {'%tf32':>6s}")
     lines = [head, "-" * len(head)]
     for r in rows:
         if "error" in r:
@@ -223,7 +238,8 @@ def print_table(rows: list[dict]) -> str:
         ok = {True: "yes", False: "NO", None: "-"}[r.get("ok")]
         lines.append(
             f"{r['problem']:14s} {r['name'][:26]:26s} {r['precision']:4s} {r['solution']:40s} {r['ms']:8.4f} "
-            f"{fmt(r.get('x_eager'), '7.2f')} {spread(r):>8s} {fmt(r.get('x_compile'), '6.2f')} {r['launches']:6d} "
+            f"{fmt(r.get('x_eager'), '7.2f')} {spread(r):>8s} {paired(r.get('x_eager_paired')):>17s} "
+            f"{fmt(r.get('x_compile'), '6.2f')} {r['launches']:6d} "
             f"{r['err64']:11.2e} {ok:>3s} {pct(r.get('pct_cublas'), 7)} {pct(r.get('pct_cublas_tf32'), 6)}")
     text = "\n".join(lines)
     print(text, flush=True)
