@@ -335,6 +335,9 @@ def main() -> int:
                    help="GPU work before each paired round on both sides (TimingSettings."
                         "round_spin_up_ms; 0: none, to measure what the spin-ups cost and "
                         "whether the reference copies' band holds without them)")
+    p.add_argument("--no-round-untimed", action="store_true",
+                   help="no untimed call at the head of each paired round, on both sides "
+                        "(TimingSettings.round_untimed off: a round starts on its spin-up alone)")
     p.add_argument("--correct-trials", type=int, default=5)
     p.add_argument("--jobs", type=int, default=default_jobs(),
                    help="parallel build children (default: the eval's, cores + 25%%)")
@@ -412,6 +415,7 @@ def main() -> int:
                         correct_trials=args.correct_trials,
                         timing=TimingSettings(trials=args.trials,
                                               round_spin_up_ms=args.round_spin_up_ms,
+                                              round_untimed=not args.no_round_untimed,
                                               budget_ms=args.timing_budget_ms),
                         cache_dir=root / "cache", results_dir=root / "results",
                         pch=not args.no_pch, lane_depth=args.lane_depth,

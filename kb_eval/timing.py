@@ -38,6 +38,10 @@ class TimingSettings(BaseModel):
     round_spin_up_ms: float = Field(10.0, ge=0, description="eval: GPU work (ms) before "
                                     "each paired round, on both sides, so that a round "
                                     "after the other side's starts at full clocks")
+    round_untimed: bool = Field(True, description="eval: one untimed call at the head of "
+                                "each paired round, on both sides (False: the round starts "
+                                "on its spin-up alone; a call of 10-60 ms costs as much again "
+                                "in every round)")
     budget_ms: float = Field(100.0, ge=0, description="eval: fewer timed calls for long "
                              "ones: as many as take about this long at the reference's "
                              "speed, at least one per paired round, at most `trials` "

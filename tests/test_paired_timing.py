@@ -154,3 +154,26 @@ def test_a_live_reference_is_timed_alone_only_where_no_rounds_timed_it(tmp_path)
     base = paired_reference({"rounds": [[2.0, 4.0], [3.0, 5.0]], "launch_ms": 0.5})
     assert (base.n, base.median, base.rounds, base.launch_ms) == (4, 3.5, [3.0, 4.0], 0.5)
     assert paired_reference({"error": "a reference round failed"}) is None
+
+
+@pytest.mark.parametrize("untimed", [True, False])
+def test_the_candidate_side_skips_the_rounds_untimed_calls_when_told(tmp_path, untimed):
+    """child/paired.time_paired: the warmup, then per round one untimed call (only with
+    TimingSettings.round_untimed) and the round's timed calls; the ledger hears of each
+    untimed call. The parent's go files are all there, so no handshake waits."""
+    import torch
+
+    from kb_eval.eval.child.paired import time_paired
+
+    settings = TimingSettings(warmup=2, trials=20, paired_rounds=10, round_spin_up_ms=0,
+                              round_untimed=untimed)
+    rounds = paired_rounds(settings)
+    for r in range(len(rounds) + 1):
+        (tmp_path / f"go_{r}").write_text("")
+    seen, ended = [], []
+    stats = time_paired(lambda i: seen.append(i), settings, torch.device("cpu"),
+                        lambda i: [i], None, tmp_path, rounds, lambda: ended.append(1))
+    timed = [i for r in rounds for i in r]
+    assert [i for i in seen if i >= 0] == timed and stats.n == settings.trials
+    untimed_calls = [i for i in seen if i < 0]
+    assert len(untimed_calls) == 2 + untimed * len(rounds) and len(ended) == untimed * len(rounds)

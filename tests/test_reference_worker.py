@@ -158,3 +158,25 @@ def test_buffers_it_cannot_export_are_an_answer_not_a_failed_call(tmp_path):
     got = reference_worker.export_buffers({"key": "k", "n": 65, "bytes": 1 << 20},
                                           torch.device("cpu"))
     assert "error" in got and "k" not in reference_worker._EXCHANGES
+
+
+@pytest.mark.parametrize("untimed", [True, False])
+def test_a_round_starts_with_one_untimed_call_unless_told_not_to(untimed):
+    """TimingSettings.round_untimed: the reference's round r makes its kept calls, the
+    run's warmup before round 0, and one untimed call at its head only when asked (the
+    candidate's side does the same: tests/test_paired_timing.py)."""
+    from kb_eval.timing import TimingSettings, paired_rounds
+
+    settings = TimingSettings(warmup=3, trials=40, paired_rounds=20, round_spin_up_ms=0,
+                              round_untimed=untimed)
+    rounds = paired_rounds(settings)
+    made = []
+    for r in (0, 1):
+        before = _calls() if reference_worker._LOADED else 0
+        out = reference_worker.compare_sample(
+            {"time_calls": True, "round": r, "problem_code": PROBLEM, "device": "cpu",
+             "precision": "fp32", "seed": SEED, "timing": settings.model_dump(),
+             "baseline_mode": None}, None)
+        assert len(out["ms"]) == len(rounds[r]) - (1 if r == 0 else 0)  # the discarded first
+        made.append(_calls() - before)
+    assert made == [3 + untimed + len(rounds[0]), untimed + len(rounds[1])]

@@ -79,6 +79,7 @@ CASES = [
     ("baseline", ["--trials", "0"], "--trials must be at least 1"),
     ("check", ["--level", "9"], "level 9 not in"),
     ("check", ["--seeds", "1"], "--seeds must be at least 2"),
+    ("check", ["--harness", "--round-spin-up-ms", "-2"], "--round-spin-up-ms must be 0 or more"),
     # settings that must not be ignored
     ("run", ["--resume", "--run", "nosuch"], "nothing to resume"),
     ("run", ["--resume"], "no run under"),
@@ -158,6 +159,9 @@ def test_recheck_default_matches_the_eval_config():
     from kb_eval.timing import TimingSettings
 
     assert TimingSettings.model_fields["budget_ms"].default == TIMING_BUDGET_MS_DEFAULT
+    from kb_eval.cli import ROUND_SPIN_UP_MS_DEFAULT
+
+    assert TimingSettings.model_fields["round_spin_up_ms"].default == ROUND_SPIN_UP_MS_DEFAULT
 
 
 # ------------------------------------------------------------------ --help and shared flags

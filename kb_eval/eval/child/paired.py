@@ -19,7 +19,7 @@ def time_paired(fn, settings: TimingSettings, device: torch.device, args, on_out
                  folder: Path, rounds: list[range], untimed_ended,
                  check_idle=lambda: None) -> TimingStats:
     """The candidate's side of a paired timing (schedule/pairing.py): per round, one
-    untimed call then the round's timed ones, the parent told before each round and after
+    untimed call (unless `settings.round_untimed` is off) then the round's timed ones, the parent told before each round and after
     the last (it times the reference's rounds meanwhile, this process stopped). Its
     rounds are the medians of each round's calls, matched to the reference's round by
     round. `untimed_ended` after each round's untimed call: the ledger counts it as a
@@ -35,12 +35,15 @@ def time_paired(fn, settings: TimingSettings, device: torch.device, args, on_out
         if r:
             check_idle()
         handshake(folder, r, device)
-        started = clocks.perf_counter()
-        fn(*args(-1 - settings.warmup - r))  # the round's first call: not timed (either side)
-        untimed_ended()  # an untimed call returns synchronized (calls.py)
+        busy_s = 0.0
+        if settings.round_untimed:
+            started = clocks.perf_counter()
+            fn(*args(-1 - settings.warmup - r))  # the round's first call: not timed (either side)
+            untimed_ended()  # an untimed call returns synchronized (calls.py)
+            busy_s = clocks.perf_counter() - started
         # a timer each round (one per process): it spins the GPU up after the wait, less
         # the untimed call's time (a candidate that stalls that call only starts colder)
-        timer = round_timer(device, settings, clocks.perf_counter() - started)
+        timer = round_timer(device, settings, busy_s)
         ms = kept(settings, r, time_calls(fn, calls, timer, args, on_output, collect=r == 0))
         samples += ms
         medians.append(statistics.median(ms))

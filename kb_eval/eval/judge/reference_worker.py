@@ -294,8 +294,8 @@ def time_round(payload: dict, device: torch.device) -> dict:
     """Round `round` of a paired timing (schedule/pairing.py): that round's calls of the
     reference, each on fresh inputs drawn before its clock starts, here where no
     candidate code runs; the candidate's child is stopped meanwhile. One untimed call
-    first (the candidate's rounds start the same way), and the run's warmup before the
-    first round."""
+    first (the candidate's rounds start the same way; none with `round_untimed` off), and
+    the run's warmup before the first round."""
     p = _problem(payload, device)
     settings = TimingSettings.model_validate(payload["timing"])
     r = int(payload["round"])
@@ -314,13 +314,16 @@ def time_round(payload: dict, device: torch.device) -> dict:
                        lambda i: (None, inputs_for(module, seed, ("timing", i), precision,
                                                    device)),
                        {calls_r[-1]}, len(calls_r), candidate=False)
+    untimed = int(settings.round_untimed)  # the round's own untimed call, as the candidate's
+    started = clocks.perf_counter()
     with torch.no_grad():
-        for i in range(1 + (settings.warmup if r == 0 else 0)):
+        for i in range(untimed + (settings.warmup if r == 0 else 0)):
             started = clocks.perf_counter()  # the last one is the round's untimed call
             calls.call(*calls.args(-1 - i))
             calls.untimed_ended()
         sync(device)
-        timer = round_timer(device, settings, clocks.perf_counter() - started)
+        # the spin-up counts the round's untimed call (not the warmups), as the candidate's
+        timer = round_timer(device, settings, clocks.perf_counter() - started if untimed else 0.0)
         take_launch_ms(timer)
         ms = kept(settings, r, time_calls(calls.call, calls_r, timer, calls.args,
                                           calls.on_output, collect=r == 0))
