@@ -2,7 +2,8 @@
 problems the evaluator can judge on this machine, what remains and why, and the wall time.
 
     python benchmarks/kernelbench_harness.py --source ../shared/kernelbench --levels 1 2 3 \
-        --out results/harness [--trials 20] [--problems 1-50] [--lane-depth 3]
+        --out results/harness [--trials 20] [--problems 1-50] [--lane-depth 3] \
+        [--round-spin-up-ms 2] [--no-round-untimed]
 
 Each level's JSON report lands in --out (harness_level<N>.json); its summary is printed as
 the level ends (the figures quoted for the GPU machine in the closing notes), with the
@@ -29,10 +30,15 @@ from eval_throughput import busy_share, phase_medians  # noqa: E402
 def run_level(args, level: int, problems: str | None, lane_depth: int, tag: str) -> dict:
     out = Path(args.out) / f"harness_level{level}{tag}.json"
     cmd = [sys.executable, "-m", "kb_eval.check", "--harness", "--source", args.source,
-           "--level", str(level), "--out", str(out), "--trials", str(args.trials),
-           "--lane-depth", str(lane_depth)]
+           "--level", str(level), "--out", str(out), "--lane-depth", str(lane_depth)]
     if problems:
         cmd += ["--problems", problems]
+    for flag, value in (("--trials", args.trials), ("--timing-budget-ms", args.timing_budget_ms),
+                        ("--round-spin-up-ms", args.round_spin_up_ms)):
+        if value is not None:
+            cmd += [flag, str(value)]
+    if args.no_round_untimed:
+        cmd.append("--no-round-untimed")
     t0 = time.monotonic()
     try:
         rc = subprocess.run(cmd, timeout=args.timeout).returncode
@@ -53,10 +59,13 @@ def summary(r: dict) -> str:
     bad = [f"{x['key']} {x['status']}: {(x['reason'] or '')[:120]}" for x in rows
            if not x["judgeable"]]
     nondet = sum(x["deterministic"] is False for x in rows)
+    cis = [x["speedup_ci"] for x in rows if x.get("speedup_ci")]
+    holds = sum(lo <= 1.0 <= hi for lo, hi in cis)
     text = (f"level {r['level']}: {len(rows)} problems, {dict(statuses)}, rc {r['rc']}, "
             f"wall {r['wall_s']} s ({r['wall_s'] / max(len(rows), 1):.2f} s/problem); copy "
-            f"speedup median {med:.3f}, {within}/{len(copy)} within [0.97, 1.03]; "
-            f"non-deterministic references {nondet}")
+            f"speedup median {med:.3f}, {within}/{len(copy)} within [0.97, 1.03]; intervals "
+            f"holding 1.0: {holds}/{len(cis)}, above it (fast_1_sig): "
+            f"{sum(lo > 1.0 for lo, _ in cis)}; non-deterministic references {nondet}")
     phases = [x.get("phases") or {} for x in rows]
     return "\n".join([text, "   " + busy_share(phases, r["wall_s"], 1),
                       "   " + phase_medians(phases)] + [f"   not judgeable: {b}" for b in bad])
@@ -75,7 +84,12 @@ def main() -> int:
     p.add_argument("--source", required=True, help="a KernelBench-layout folder")
     p.add_argument("--levels", type=int, nargs="+", default=[1, 2, 3])
     p.add_argument("--problems", default=None, help="ids and ranges within each level")
-    p.add_argument("--trials", type=int, default=20, help="timed calls per copy (default 20)")
+    p.add_argument("--trials", type=int, default=None,
+                   help="timed calls per copy (default: check's, with its time budget)")
+    p.add_argument("--timing-budget-ms", type=float, default=None, help="check's (default: its own)")
+    p.add_argument("--round-spin-up-ms", type=float, default=None, help="check's (default: its own)")
+    p.add_argument("--no-round-untimed", action="store_true",
+                   help="check's: no untimed call at the head of each paired round")
     p.add_argument("--out", default="results/harness", help="folder for the JSON reports")
     p.add_argument("--tag", default="", help="suffix for the report names")
     p.add_argument("--timeout", type=float, default=None, help="seconds per level at most")
