@@ -19,8 +19,9 @@ def time_paired(fn, settings: TimingSettings, device: torch.device, args, on_out
                  folder: Path, rounds: list[range], untimed_ended,
                  check_idle=lambda: None) -> TimingStats:
     """The candidate's side of a paired timing (schedule/pairing.py): per round, one
-    untimed call (unless `settings.round_untimed` is off) then the round's timed ones, the parent told before each round and after
-    the last (it times the reference's rounds meanwhile, this process stopped). Its
+    untimed call (unless `settings.round_untimed` is off) then the round's timed ones, the
+    parent told before each round and after the last (it times the reference's rounds
+    meanwhile, this process stopped). Its
     rounds are the medians of each round's calls, matched to the reference's round by
     round. `untimed_ended` after each round's untimed call: the ledger counts it as a
     call (work in it is the call's, not work outside the calls). `check_idle` before each
