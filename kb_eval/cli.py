@@ -131,9 +131,11 @@ def add_timing_budget_flag(p: argparse.ArgumentParser, default: float | None) ->
 
 
 def check_timing_budget(args) -> None:
-    budget = getattr(args, "timing_budget_ms", None)
-    if budget is not None and not budget >= 0:  # also NaN
-        raise UserError(f"--timing-budget-ms must be 0 or more (got {budget})")
+    """--timing-budget-ms, and --round-spin-up-ms where the command has it: 0 or more."""
+    for name in ("timing_budget_ms", "round_spin_up_ms"):
+        value = getattr(args, name, None)
+        if value is not None and not value >= 0:  # also NaN
+            raise UserError(f"--{name.replace('_', '-')} must be 0 or more (got {value})")
 
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")  # torch.compile's modes

@@ -58,9 +58,10 @@ class TimingSettings(BaseModel):
 def budgeted(settings: TimingSettings, call_ms: float | None) -> TimingSettings:
     """The settings of one sample's paired timing when a reference call takes about
     `call_ms`: `trials` cut to what fits in `budget_ms` (never below one call per paired
-    round, or per block of the unpaired statistics). Round medians and their interval are what a speedup rests on, not the call
-    count: on the H100's model-style corpus (calls of 0.3-22 ms), 30 calls in 20 rounds
-    gave each of 43 speedups inside the interval of 100 calls, at the same widths."""
+    round, or per block of the unpaired statistics). Round medians and their interval are
+    what a speedup rests on, not the call count: on the H100's model-style corpus (calls
+    of 0.3-22 ms), 30 calls in 20 rounds gave each of 43 speedups inside the interval of
+    100 calls, at the same widths."""
     if not settings.budget_ms or not call_ms or call_ms <= 0:
         return settings
     floor = min(settings.trials, max(settings.paired_rounds, MAX_ROUNDS))

@@ -139,9 +139,11 @@ def start_pairing(ctx, refs, problem, device: str, run_dir: Path, payload: dict,
     folder = run_dir / "pair"
     shutil.rmtree(folder, ignore_errors=True)  # a retry's child starts afresh
     payload["paired"] = {"dir": str(folder)}
-    pairing = Pairing(lambda r: refs.time_round(
-        problem, device, r, len(kept(settings, r, list(rounds[r]))), settings), folder, len(rounds),
-        refs.server_pids(), pinning.core_for(device), lambda: refs.server_pid(device))
+    pairing = Pairing(
+        lambda r: refs.time_round(problem, device, r, len(kept(settings, r, list(rounds[r]))),
+                                  settings),
+        folder, len(rounds), refs.server_pids(), pinning.core_for(device),
+        lambda: refs.server_pid(device))
     pairing.start()
     return pairing
 
