@@ -315,7 +315,6 @@ def time_round(payload: dict, device: torch.device) -> dict:
                                                    device)),
                        {calls_r[-1]}, len(calls_r), candidate=False)
     untimed = int(settings.round_untimed)  # the round's own untimed call, as the candidate's
-    started = clocks.perf_counter()
     with torch.no_grad():
         for i in range(untimed + (settings.warmup if r == 0 else 0)):
             started = clocks.perf_counter()  # the last one is the round's untimed call
