@@ -118,7 +118,7 @@ def add_results_dir_flag(p: argparse.ArgumentParser, default: Path, what: str) -
 # kb_eval.eval (torch) before --help answers; tests/test_user_mistakes.py checks they agree.
 RECHECK_TIMED_DEFAULT = 8
 TIMING_BUDGET_MS_DEFAULT = 100.0  # TimingSettings.budget_ms's, likewise
-ROUND_SPIN_UP_MS_DEFAULT = 10.0  # TimingSettings.round_spin_up_ms's, likewise
+ROUND_SPIN_UP_MS_DEFAULT = 2.0  # TimingSettings.round_spin_up_ms's, likewise
 
 
 def add_timing_budget_flag(p: argparse.ArgumentParser, default: float | None) -> None:

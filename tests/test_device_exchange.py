@@ -76,25 +76,50 @@ def _ctx(tmp_path) -> EvalContext:
 GB = 10 ** 9
 
 
-@pytest.mark.parametrize("device, out, need, free, truth, used", [
-    ("cuda:0", 6.4, 12.8, 79, 38.4, True),  # KernelBench v0.2 elementwise on an H100
-    ("cpu", 6.4, 12.8, 79, 38.4, False),  # a CPU: files
-    ("cuda:0", 0.0005, 0.001, 79, 0.003, False),  # small outputs: files
-    ("cuda:0", 8.6, 25.8, 79, 77.0, False),  # no room beside the float64 truth
-    ("cuda:0", 8.6, 25.8, 79, None, False),  # no room beside the child (no truth planned)
-    ("cuda:0", 1.0, 2.0, 79, None, True),
-    ("cuda:0", 0.01, 0.02, 79, None, False),  # 70 trials: more buffers than MAX_SLOTS
+@pytest.mark.parametrize("device, out, need, free, truth, buffers", [
+    ("cuda:0", 6.4, 12.8, 79, 38.4, "all"),  # KernelBench v0.2 elementwise on an H100
+    ("cpu", 6.4, 12.8, 79, 38.4, 0),  # a CPU: files
+    ("cuda:0", 0.0005, 0.001, 79, 0.003, 0),  # small outputs: files
+    ("cuda:0", 8.6, 25.8, 79, 77.0, 0),  # no room beside the float64 truth
+    ("cuda:0", 8.6, 25.8, 79, None, 0),  # room for one buffer beside the child: files
+    ("cuda:0", 8.6, 17.2, 79, 51.6, 2),  # a KernelBench L1Norm: two of its four calls
+    ("cuda:0", 1.0, 2.0, 79, None, "all"),
+    ("cuda:0", 0.01, 0.02, 79, None, 0),  # 70 trials: more buffers than MAX_SLOTS
 ])
-def test_buffers_only_where_the_plan_has_room(tmp_path, device, out, need, free, truth, used):
+def test_buffers_only_where_the_plan_has_room(tmp_path, device, out, need, free, truth,
+                                              buffers):
     ctx = _ctx(tmp_path)
     plan = MemoryPlan(need_bytes=int(need * GB), free_bytes=int(free * GB),
                       out_bytes=int(out * GB), truth_bytes=None if truth is None else int(truth * GB))
     trials = 70 if out == 0.01 else 2
     got = exchange_bytes(ctx, plan, trials, device)
     n = checked_calls(ctx, trials, plan.out_bytes)
-    assert got == (n * slot_size(plan.out_bytes) if used else 0)
-    if used:  # the trials, the re-checks 4 GiB allow (at least one), the probe
+    assert got == (n if buffers == "all" else buffers) * slot_size(plan.out_bytes)
+    if buffers:  # the trials, the re-checks 4 GiB allow (at least one), the probe
         assert n == trials + max(1, min(ctx.config.recheck_timed, (4 << 30) // plan.out_bytes)) + 1
+
+
+def test_plan_counts_memory_that_samples_in_flight_hold_as_free():
+    """At lane depth 3 the plan of a problem may be taken while neighbours' children and
+    buffers hold device memory: the plan must see the device as the evaluator idle
+    offers it, or a large problem loses its device buffers (and maybe its float64
+    truth) for having come second."""
+    import threading
+    from kb_eval.eval.judge.references import ReferenceStore
+
+    refs = object.__new__(ReferenceStore)  # no servers: the sizes are given
+    refs._guard, refs._others = threading.Lock(), {}
+    total = 80 * GB
+    first = refs._idle_free("cuda:0", {"total_bytes": total, "free_bytes": 78 * GB,
+                                       "reserved_bytes": 1 * GB})
+    assert first["free_bytes"] == 78 * GB  # 1 GB of contexts not ours
+    # neighbours took 40 GB; the server keeps 2 GB now
+    busy = refs._idle_free("cuda:0", {"total_bytes": total, "free_bytes": 37 * GB,
+                                      "reserved_bytes": 2 * GB})
+    assert busy["free_bytes"] == 77 * GB
+    assert refs._idle_free("cuda:1", {"total_bytes": total, "free_bytes": 30 * GB,
+                                      "reserved_bytes": 0})["free_bytes"] == 30 * GB
+    assert refs._idle_free("cuda:0", {"free_bytes": 5})["free_bytes"] == 5  # a CPU: as is
 
 
 # ------------------------------------------------------------------ on a GPU

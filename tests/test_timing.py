@@ -66,10 +66,11 @@ def test_files_from_before_the_spin_up_setting_keep_their_settings():
     """A baseline file written before `round_spin_up_ms` existed reads back with the
     behaviour it was timed with (10 ms), so `--resume` continues it instead of calling
     its settings different; a run that changes it says so in its settings."""
-    old = TimingSettings().model_dump()
+    old = TimingSettings(round_spin_up_ms=10.0).model_dump()
     del old["round_spin_up_ms"]
-    assert TimingSettings.model_validate(old) == TimingSettings()
-    assert TimingSettings.model_validate(old).round_spin_up_ms == 10.0
+    assert TimingSettings.model_validate(old) == TimingSettings(round_spin_up_ms=10.0)
+    assert TimingSettings.model_validate(old) != TimingSettings()  # the default is 2 ms now
+    assert TimingSettings(trials=7).round_spin_up_ms == 2.0  # made in code: the default
     assert TimingSettings(round_spin_up_ms=0) != TimingSettings()
     with pytest.raises(ValueError):
         TimingSettings(round_spin_up_ms=-1)
@@ -89,4 +90,8 @@ def test_budgeted_calls_by_hand():
     assert budgeted(s.model_copy(update={"budget_ms": 0}), 22.0).trials == 100
     assert budgeted(s.model_copy(update={"trials": 12}), 22.0).trials == 12
     assert budgeted(s.model_copy(update={"paired_rounds": 0}), 50.0).trials == 20
+    # a call of 10 ms or more starts its rounds on the spin-up alone; shorter ones keep it
+    assert [budgeted(s, ms).round_untimed for ms in (0.01, 9.9, 10.0, 200.0)] == \
+        [True, True, False, False]
+    assert budgeted(s.model_copy(update={"budget_ms": 0}), 200.0).round_untimed
     assert budgeted(s, 3.0).model_copy(update={"trials": 100}) == s  # nothing else moves

@@ -139,6 +139,7 @@ class ReferenceStore:
         self._guard = threading.Lock()
         # A server runs one call at a time; several lanes of a device share it.
         self._server_locks = {d: threading.Lock() for d in ctx.devices}
+        self._others: dict[str, int] = {}  # device memory not ours, at its least (_idle_free)
 
     def _state(self, problem: Problem) -> ReferenceState:
         with self._guard:
@@ -156,13 +157,30 @@ class ReferenceStore:
             payload = {"plan": True, "drop": drop, "problem_code": problem.code,
                        "device": self.ctx.torch_device(device), "precision": cfg.precision}
             out = self._call(device, payload)
-            sizes = (out.result or {}) if out.ok else {}
+            sizes = self._idle_free(device, (out.result or {}) if out.ok else {})
             state.plan = make_plan(sizes, baseline_peak,
                                    cfg.mem_limit_mb if is_cpu(device) else None)
             if state.plan.reason and not drop:  # one line per problem; the run goes on
                 print(f"kb_eval: {problem.key} ({problem.name}) is too large to judge on "
                       f"{device}: {state.plan.reason}", file=sys.stderr)
             return state.plan
+
+    def _idle_free(self, device: str, sizes: dict) -> dict:
+        """`sizes` with `free_bytes` as the device offers it with the evaluator idle: what
+        is free now plus what other samples in flight hold (their children, the buffers
+        exported for them). Memory not the server's own is taken as it was when it was
+        least (the first plan of a run comes before any child starts): at lane depth 3 on
+        the H100, neighbours holding memory at plan time sent 12 GiB KernelBench problems'
+        outputs through files instead of device buffers (25 s a sample instead of 2.6 s)
+        and could have cost a problem its float64 truth."""
+        total, free = sizes.get("total_bytes"), sizes.get("free_bytes")
+        reserved = sizes.get("reserved_bytes")
+        if total is None or free is None or reserved is None:
+            return sizes
+        with self._guard:
+            others = min(total - free - reserved, self._others.get(device, total))
+            self._others[device] = others
+        return {**sizes, "free_bytes": max(free, total - others - reserved)}
 
     def sample_timing(self, problem: Problem, device: str) -> TimingSettings:
         """The timing settings of a sample of `problem`: the run's, with the timed calls

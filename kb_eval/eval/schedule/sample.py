@@ -23,6 +23,7 @@ from kb_eval.eval.schedule.exchange import Exchange, checked_calls, exchange_for
 from kb_eval.eval.schedule.overlap import Budgets
 from kb_eval.eval.schedule.pairing import finish_pairing, start_pairing
 from kb_eval.eval.schedule.reaper import sweep_escapees
+from kb_eval.eval.wire.device import slot_size
 from kb_eval.eval.wire.labels import PROBE_LABEL
 from kb_eval.faults import inject_fault
 from kb_eval.isolation import ChildOutcome, run_isolated
@@ -99,6 +100,8 @@ def evaluate_once(ctx: EvalContext, refs: ReferenceStore, task: SampleTask,
     the rules. The outputs go through buffers on the device when the plan made room for
     them (exchange.py), else through files."""
     n = checked_calls(ctx, _trials(ctx.config, task), task.out_bytes)
+    if task.exchange_bytes:  # the plan may have made room for the first few only
+        n = min(n, task.exchange_bytes // slot_size(task.out_bytes))
     with exchange_for(refs, device, str(task.workdir), n, task.out_bytes,
                       task.exchange_bytes > 0) as exchange:
         if exchange is not None:
