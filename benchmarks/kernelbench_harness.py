@@ -2,13 +2,13 @@
 problems the evaluator can judge on this machine, what remains and why, and the wall time.
 
     python benchmarks/kernelbench_harness.py --source ../shared/kernelbench --levels 1 2 3 \
-        --out results/harness [--trials 20] [--problems 1-50] [--lane-depth 3] \
+        --out results/harness [--trials 20] [--problems 1-50] [--lane-depth 1] \
         [--round-spin-up-ms 2] [--no-round-untimed]
 
 Each level's JSON report lands in --out (harness_level<N>.json); its summary is printed as
 the level ends (the figures quoted for the GPU machine in the closing notes), with the
 device busy share and phase medians of eval_throughput.py (this is issue 15's sweep (b)).
-With --lane-depth above 1, problems not judged correct are evaluated again one at a time
+Unless --lane-depth is 1, problems not judged correct are evaluated again one at a time
 (harness_level<N>_serial.json), so a fault of the overlap is told apart from the problem's.
 """
 
@@ -27,10 +27,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from eval_throughput import busy_share, phase_medians  # noqa: E402
 
 
-def run_level(args, level: int, problems: str | None, lane_depth: int, tag: str) -> dict:
+def run_level(args, level: int, problems: str | None, lane_depth: int | None,
+              tag: str) -> dict:
     out = Path(args.out) / f"harness_level{level}{tag}.json"
     cmd = [sys.executable, "-m", "kb_eval.check", "--harness", "--source", args.source,
-           "--level", str(level), "--out", str(out), "--lane-depth", str(lane_depth)]
+           "--level", str(level), "--out", str(out)]
+    if lane_depth is not None:
+        cmd += ["--lane-depth", str(lane_depth)]
     if problems:
         cmd += ["--problems", problems]
     for flag, value in (("--trials", args.trials), ("--timing-budget-ms", args.timing_budget_ms),
@@ -74,7 +77,7 @@ def summary(r: dict) -> str:
 def serial_retry(args, first: dict) -> dict | None:
     """Problems the overlapped pass did not judge correct, once more one at a time."""
     ids = [x["key"].rsplit("/", 1)[-1] for x in first["rows"] if not x["judgeable"]]
-    if first["lane_depth"] == 1 or not ids:
+    if first["lane_depth"] == 1 or not ids:  # None: check's default, 3 on a GPU
         return None
     return run_level(args, first["level"], ",".join(ids), 1, args.tag + "_serial")
 
@@ -93,8 +96,8 @@ def main() -> int:
     p.add_argument("--out", default="results/harness", help="folder for the JSON reports")
     p.add_argument("--tag", default="", help="suffix for the report names")
     p.add_argument("--timeout", type=float, default=None, help="seconds per level at most")
-    p.add_argument("--lane-depth", type=int, default=1, help="copies in flight per GPU "
-                   "(check --lane-depth; default 1)")
+    p.add_argument("--lane-depth", type=int, default=None, help="copies in flight per GPU "
+                   "(check --lane-depth; default: check's, 3 on a GPU)")
     args = p.parse_args()
     Path(args.out).mkdir(parents=True, exist_ok=True)
     results = []
