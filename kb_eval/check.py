@@ -145,6 +145,14 @@ def format_table(rows: list[dict]) -> str:
 HARNESS_LANE_DEPTH = 3
 
 
+def harness_lane_depth(asked: int | None, cpu: bool) -> int:
+    """--lane-depth as asked, else HARNESS_LANE_DEPTH on a GPU and 1 on a CPU, where the
+    copies' children would share the cores their timings run on."""
+    if asked is not None:
+        return asked
+    return 1 if cpu else HARNESS_LANE_DEPTH
+
+
 def parser(defaults) -> Parser:
     p = Parser(prog="python -m kb_eval.check",
                description="Flag problems whose reference output is constant, independent "
@@ -212,8 +220,7 @@ def harness_main(args, d) -> int:
     if args.trials is not None and args.trials < 1:
         raise UserError(f"--trials must be at least 1 (got {args.trials})")
     check_timing_budget(args)  # and --round-spin-up-ms
-    if args.lane_depth is None:
-        args.lane_depth = 1 if cpu else HARNESS_LANE_DEPTH
+    args.lane_depth = harness_lane_depth(args.lane_depth, cpu)
     rounds = {"round_untimed": not args.no_round_untimed}
     if args.round_spin_up_ms is not None:
         rounds["round_spin_up_ms"] = args.round_spin_up_ms

@@ -78,6 +78,17 @@ def test_check_harness_judges_every_copy(kb_folder, tmp_path, build_cache_dir):
     assert all(r["median_ms"]["copy"] > 0 and r["median_ms"]["reference"] > 0 for r in rows)
 
 
+def test_harness_overlaps_copies_on_a_gpu_only():
+    """Three copies in flight per GPU by default; on a CPU one, since the children would
+    share the cores their timings run on; an explicit --lane-depth always wins."""
+    from kb_eval.check import HARNESS_LANE_DEPTH, harness_lane_depth
+
+    assert HARNESS_LANE_DEPTH > 1
+    assert harness_lane_depth(None, cpu=False) == HARNESS_LANE_DEPTH
+    assert harness_lane_depth(None, cpu=True) == 1
+    assert harness_lane_depth(2, cpu=True) == 2 and harness_lane_depth(1, cpu=False) == 1
+
+
 def test_too_large_problem_is_not_the_candidates(kb_folder, tmp_path, build_cache_dir):
     out = tmp_path / "harness.json"
     proc = subprocess.run([sys.executable, "-m", "kb_eval.check", "--harness", "--source",
