@@ -83,6 +83,23 @@ def test_fixed_outputs_computed_once_timed_ones_every_sample(tmp_path):
     assert r["seen"]["correct_1"]["same_as_first"] is False  # kept with the outputs
 
 
+def test_a_recheck_equal_to_the_reference_needs_no_float64_run(tmp_path):
+    """Correctness trials always get their float64 truth; a re-checked timed call only
+    when the candidate's output differs from the reference's (equal ones pass the float64
+    rule whatever the truth), so each label's forward runs twice or once."""
+    labels = [["correct", 0], ["timing", 3, 77], ["timing", 5, 79]]
+    _candidate_files(tmp_path, labels, wrong={"timing_5_4f"})
+    payload = _payload(tmp_path, labels)
+    payload["compare"].update(truth=True, rule="f64")
+    r = reference_worker.compare_sample(payload, tmp_path)
+    assert _calls() == 2 + 1 + 2
+    f64 = {k: d["f64"] for k, d in r["diffs"].items()}
+    assert f64["correct_0"]["ok"] and "identical" not in f64["correct_0"]
+    assert f64["timing_3_4d"] == {"ok": True, "error": None, "ratio": None,
+                                  "norm_ratio": None, "identical": True}
+    assert not f64["timing_5_4f"]["ok"] and not r["diffs"]["timing_5_4f"]["ok"]
+
+
 def test_nothing_kept_without_room(tmp_path):
     labels = [["correct", 0], ["correct", 1]]
     _candidate_files(tmp_path, labels)

@@ -74,6 +74,33 @@ def test_judge_file_carries_both_verdicts(tmp_path, long_matmul):
     assert ints["f64"]["ok"] is False and "was not written" in ints["f64"]["error"]
 
 
+def test_truth_computed_only_for_outputs_that_differ(tmp_path, long_matmul):
+    """A re-check's truth may come as a function: never called when the candidate's output
+    equals the reference's (that passes the float64 rule whatever the truth), called
+    once otherwise, and a reference that cannot run in float64 says so."""
+    a, b, ref, truth = long_matmul
+    asked = []
+
+    def later(answer):
+        return lambda: asked.append(1) or answer
+
+    outputs.write(tmp_path / "same.out", [ref.clone()])
+    outputs.write(tmp_path / "order.out", [_chunked(a, b, 64)])
+    outputs.write(tmp_path / "half.out", [a.half().float() @ b.half().float()])
+    same = judge_file(tmp_path / "same.out", [ref], 1e-4, 1e-4, truths=later([truth]))
+    assert asked == [] and same["f64"]["ok"] and same["f64"]["identical"]
+    assert same["f64"]["ok"] == compare_truth(ref, ref, truth)["ok"]
+    order = judge_file(tmp_path / "order.out", [ref], 1e-4, 1e-4, truths=later([truth]))
+    assert asked == [1] and order["f64"]["ok"] and "identical" not in order["f64"]
+    half = judge_file(tmp_path / "half.out", [ref], 0.5, 1e-2, truths=later([truth]))
+    assert half["ok"] and not half["f64"]["ok"]  # within allclose, not within the truth's bound
+    why = judge_file(tmp_path / "order.out", [ref], 1e-4, 1e-4, truths=later("no float64"))
+    assert why["f64_skipped"] == "no float64" and "f64" not in why
+    info = info_from_diffs(["timing_3_ab"], {"timing_3_ab": same}, 1e-4, 1e-4, "f64")
+    assert info.verdicts == {"f64": True, "kernelbench": True} and info.passed == 1
+    assert info.f64_ratio == 0.0  # no ratio from an identical output: none measured
+
+
 def test_info_from_diffs_rule_and_fallback():
     diffs = {"correct_0": {"ok": False, "error": "3/9 values beyond",
                            "f64": {"ok": True, "ratio": 0.2, "norm_ratio": 0.1}},
