@@ -140,7 +140,7 @@ def format_table(rows: list[dict]) -> str:
 
 
 # Copies in flight per GPU. On the H100 at depth 3 (spin-up 2 ms): KernelBench level 2's
-# 100 copies in 271 s, all in [0.97, 1.03] (at depth 1, 61 took 216 s), level 1's first 66
+# 100 copies in 270 s, 99 in [0.97, 1.03] (at depth 1, 61 took 216 s), level 1's first 68
 # in 330 s (a 12-16 GiB problem runs alone, by its memory plan).
 HARNESS_LANE_DEPTH = 3
 
@@ -196,13 +196,8 @@ def parser(defaults) -> Parser:
                         "harness_<source>_<precision>.json)")
     h.add_argument("--results-dir", type=Path, default=defaults.results_dir,
                    help=f"where results live (default: {defaults.results_dir})")
-    add_execution_flags(p, defaults)
-    for action in p._actions:  # the harness overlaps its copies on a GPU (HARNESS_LANE_DEPTH)
-        if action.dest == "lane_depth":
-            action.default = None
-            action.help = action.help.rsplit("(default:", 1)[0] + (
-                f"(default: {HARNESS_LANE_DEPTH} on a GPU, 1 on a CPU, whose cores the "
-                "copies' timings share)")
+    add_execution_flags(p, defaults, lane_depth_default=(
+        f"{HARNESS_LANE_DEPTH} on a GPU, 1 on a CPU, whose cores the copies' timings share"))
     return p
 
 

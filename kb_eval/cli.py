@@ -240,8 +240,11 @@ def check_gpus_visible(spec: str | None, flag: str = "--gpus") -> None:
         raise UserError(f"{flag} {spec}: no GPU visible (torch sees no CUDA device)")
 
 
-def add_execution_flags(p: argparse.ArgumentParser, defaults) -> None:
-    """Where and how candidates build and run (kb_eval.eval and kb_eval.run)."""
+def add_execution_flags(p: argparse.ArgumentParser, defaults,
+                        lane_depth_default: str | None = None) -> None:
+    """Where and how candidates build and run (kb_eval.eval and kb_eval.run).
+    `lane_depth_default`: --lane-depth defaults to None, resolved by the command, and its
+    help names this text as the default (check --harness: by device kind)."""
     g = p.add_argument_group("building and running candidates")
     g.add_argument("--jobs", type=int, default=None,
                    help="parallel builds (default: the CPU cores + 25%%: builds have serial "
@@ -257,12 +260,13 @@ def add_execution_flags(p: argparse.ArgumentParser, defaults) -> None:
                    help=f"seconds per build (default: {defaults.build_timeout_s:g})")
     g.add_argument("--run-timeout", type=float, default=defaults.run_timeout_s,
                    help=f"seconds per candidate run (default: {defaults.run_timeout_s:g})")
-    g.add_argument("--lane-depth", type=int, default=defaults.lane_depth,
+    g.add_argument("--lane-depth", type=int,
+                   default=None if lane_depth_default else defaults.lane_depth,
                    help="candidate children in flight per device: they start, load and run "
                         "correctness side by side, and their timing steps run one at a time "
                         "with nothing else on the device (a large problem, by its memory "
                         "plan, runs with fewer or no neighbours) "
-                        f"(default: {defaults.lane_depth})")
+                        f"(default: {lane_depth_default or defaults.lane_depth})")
     g.add_argument("--load-budget", type=float, default=defaults.load_budget_s,
                    help="seconds for a candidate's import, init and first call, where lazy "
                         "compiles happen; over it: `timeout` (default: "

@@ -54,8 +54,8 @@ class TimingSettings(BaseModel):
     def _stored_before_spin_up(cls, data: Any) -> Any:
         """Settings stored before `round_spin_up_ms` existed (a dump: it has `method`)
         were timed with 10 ms, the default until the H100's level-2 copies held their band
-        at 2 ms (100 of 100 in [0.97, 1.03]); they read back so, and a run resumed on them
-        keeps them."""
+        at 2 ms (99 and 100 of 100 in [0.97, 1.03] in two runs); they read back so, and a
+        run resumed on them keeps them."""
         if isinstance(data, dict) and "method" in data and "round_spin_up_ms" not in data:
             return {**data, "round_spin_up_ms": 10.0}
         return data
@@ -349,9 +349,8 @@ class _CudaTimer:
         not wake it)."""
         buf = self.flush_buf if self.flush_buf is not None else torch.empty(
             1 << 26, dtype=torch.uint8, device=self.device)
-        # One zeroing at a time, to end within a zeroing's time (~35 us at full clocks) of
-        # `seconds`: in batches of 20 a 2 ms spin-up ran on for 20 of them however long
-        # they took (H100, py-spy: ~10 ms a round and side, 0.4 s of a sample).
+        # One zeroing at a time, to end within a zeroing's time of `seconds` (H100: 41-50
+        # us each; a 2 ms spin-up took 2.03 ms so, 2.13 ms in batches of 20).
         t_end = clocks.perf_counter() + seconds
         while clocks.perf_counter() < t_end:
             buf.zero_()

@@ -186,7 +186,7 @@ def _lazy_truth(p: Problem, kind: str, inputs: list, tensors: list) -> bool:
     (those say once per problem whether the reference runs in float64 at all, and are
     kept), not when that is already known to fail, and not for large inputs."""
     return (kind != "correct" and p.truth_error is None
-            and tensor_bytes(list(inputs)) + tensor_bytes(tensors) <= LAZY_TRUTH_MAX_BYTES)
+            and tensor_bytes(inputs) + tensor_bytes(tensors) <= LAZY_TRUTH_MAX_BYTES)
 
 
 def _run_reference(p: Problem, inputs: list, kind: str, device: torch.device):
@@ -339,7 +339,8 @@ def time_round(payload: dict, device: torch.device) -> dict:
     busy_ms = busy_ms_before_quiet(device) if device.type == "cuda" else 0.0
     # Around each call, the candidate child's own bookkeeping (calls.py: on a host-bound
     # problem that work slows the next call, so both sides do it).
-    calls_r = paired_rounds(settings)[r]
+    rounds = paired_rounds(settings)
+    calls_r = rounds[r]
     calls = TimedCalls(timed, p.watch(device), device,
                        lambda i: (None, inputs_for(module, seed, ("timing", i), precision,
                                                    device)),
@@ -361,7 +362,7 @@ def time_round(payload: dict, device: torch.device) -> dict:
     # 6.4 GB elementwise call on the H100: 4.96 ms instead of 4.27), which the candidate,
     # whose allocator keeps its blocks, never pays. They are what the round already held
     # beside the stopped candidate; the next request of any other kind releases them.
-    if r == len(paired_rounds(settings)) - 1:
+    if r == len(rounds) - 1:
         release(device)
     return {"ms": ms, "busy_ms": busy_ms, "launch_ms": take_launch_ms(timer)}
 
