@@ -24,7 +24,10 @@ machines, --workdir must be a path every node sees (the build cache lives there)
 Each pass prints samples/s and the device busy share: the seconds the candidates' timing
 steps held the devices' timing locks (they never overlap on one device) and, as an upper
 bound, those plus correctness and reference seconds (correctness overlaps between the
-children in flight, so it may count more than once), each over wall x devices.
+children in flight, so it may count more than once), each over wall x devices. Beside
+it, the reference servers' share: the seconds they worked on samples' calls (phases
+`server` and `pair_reference_server`; one server per device runs one call at a time), so
+whichever of the two serial resources is near 100 % is the one that bounds the pass.
 """
 
 from __future__ import annotations
@@ -228,9 +231,11 @@ def busy_share(phases: list[dict], wall: float, devices: int) -> str:
 
     held = total("child_timing")
     work = held + total("child_correctness") + total("reference")
+    server = total("server") + total("pair_reference_server")
     return (f"{len(phases) / wall:.2f} samples/s; device busy share: timing lock "
             f"{held / (wall * devices):.0%}, with correctness and reference <= "
-            f"{min(1.0, work / (wall * devices)):.0%} ({devices} device(s))")
+            f"{min(1.0, work / (wall * devices)):.0%} ({devices} device(s)); reference "
+            f"server busy {server / (wall * devices):.0%}")
 
 
 def phase_medians(phases: list[dict]) -> str:
@@ -331,7 +336,7 @@ def main() -> int:
                    help="per sample, as many timed calls as take about this long at the "
                         "reference's speed, at least one per paired round (TimingSettings."
                         "budget_ms; 0: always --trials)")
-    p.add_argument("--round-spin-up-ms", type=float, default=10.0,
+    p.add_argument("--round-spin-up-ms", type=float, default=TimingSettings().round_spin_up_ms,
                    help="GPU work before each paired round on both sides (TimingSettings."
                         "round_spin_up_ms; 0: none, to measure what the spin-ups cost and "
                         "whether the reference copies' band holds without them)")

@@ -14,6 +14,7 @@ default (allocator growth and lazy initialisation land there).
 
 from __future__ import annotations
 
+import collections
 import gc
 import math
 import resource
@@ -26,6 +27,13 @@ from pydantic import BaseModel, Field, model_validator
 from kb_eval import clocks
 
 ArgsForTrial = Callable[[int], Sequence[Any]]
+
+# Host seconds this process spent in each part of its timings, for the phases that say
+# where a timing step's time goes (eval: child_timing_*, pair_reference_*): "gc" the
+# collection before the first round, "draw" the inputs, "timed" the timed calls with
+# their flush and synchronize, "check" what runs on each output (tripwires, re-checks),
+# "spin" the spin-ups; paired timing adds its own parts. Never part of a scored time.
+SPENT: collections.Counter[str] = collections.Counter()
 
 
 class TimingSettings(BaseModel):
@@ -198,19 +206,30 @@ def time_calls(fn: Callable[..., Any], indices: Sequence[int], timer: "_CpuTimer
     generation is never timed); the times in ms. Paired timing (eval) calls this once per
     round on each side, collecting garbage before its first round only (`collect`): a full
     collection costs ~0.1 s in a process holding torch (H100 machine), 20 rounds a side
-    made it ~5 s of every sample."""
-    samples = []
+    made it ~5 s of every sample. The young generations only: what the calls before
+    timing left in cycles is young, while a full collection walked everything the
+    reference server loaded since it started (70 ms of every sample on the 2-core CPU)."""
+    samples, now = [], clocks.perf_counter
     if collect:
-        gc.collect()
+        t0 = now()
+        gc.collect(1)
+        SPENT["gc"] += now() - t0
     gc.disable()  # a collection pause inside a call would be timed as the call's (timeit does the same)
     try:
         for i in indices:
+            t0 = now()
             call_args = args(i)
+            t1 = now()
             ms, out = timer.time_one(fn, call_args)
+            t2 = now()
             samples.append(ms)
             if on_output is not None:
                 on_output(i, out)
             del out, call_args
+            t3 = now()
+            SPENT["draw"] += t1 - t0
+            SPENT["timed"] += t2 - t1
+            SPENT["check"] += t3 - t2
     finally:
         gc.enable()
     return samples
@@ -262,7 +281,10 @@ def round_timer(device: torch.device, settings: TimingSettings,
     to its synchronize): only the rest is spun. On the H100's model-style corpus, calls
     of 3-20 ms spun 10 ms more per round and side regardless (0.4 s of each sample)."""
     spin_s = max(0.0, settings.round_spin_up_ms / 1e3 - busy_s)
-    return timer_for(device, settings.flush_l2, spin_s)
+    t0 = clocks.perf_counter()
+    timer = timer_for(device, settings.flush_l2, spin_s)
+    SPENT["spin"] += clocks.perf_counter() - t0
+    return timer
 
 
 def device_wait_ms(device: torch.device) -> float | None:

@@ -11,8 +11,8 @@ import torch
 
 from kb_eval import clocks
 from kb_eval.eval.child.probes import sync
-from kb_eval.timing import (TimingSettings, TimingStats, kept, round_timer, take_launch_ms,
-                            time_calls)
+from kb_eval.timing import (SPENT, TimingSettings, TimingStats, kept, round_timer,
+                            take_launch_ms, time_calls)
 
 
 def time_paired(fn, settings: TimingSettings, device: torch.device, args, on_output,
@@ -42,6 +42,7 @@ def time_paired(fn, settings: TimingSettings, device: torch.device, args, on_out
             fn(*args(-1 - settings.warmup - r))  # the round's first call: not timed (either side)
             untimed_ended()  # an untimed call returns synchronized (calls.py)
             busy_s = clocks.perf_counter() - started
+            SPENT["untimed"] += busy_s
         # a timer each round (one per process): it spins the GPU up after the wait, less
         # the untimed call's time (a candidate that stalls that call only starts colder)
         timer = round_timer(device, settings, busy_s)
@@ -62,8 +63,10 @@ def handshake(folder: Path, r: int, device: torch.device) -> None:
     go. Its thread answers every ready; the wait is bounded all the same, and a go the
     candidate wrote itself gains nothing: the parent stops this process group for the
     reference's rounds whatever the files say."""
+    started = clocks.perf_counter()
     sync(device)
     (folder / f"ready_{r}").write_text("")
     deadline = clocks.monotonic() + HANDSHAKE_WAIT_S
     while not (folder / f"go_{r}").exists() and clocks.monotonic() < deadline:
         clocks.sleep(0.0005)
+    SPENT["handshake"] += clocks.perf_counter() - started  # the reference's rounds in it

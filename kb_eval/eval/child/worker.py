@@ -48,7 +48,7 @@ from kb_eval.harness import INIT_SEED, inputs_for, load_problem, reference_model
 from kb_eval.inputs import build_model, copy_tree, make_inputs, precision_dtype
 from kb_eval.problems import load_module
 from kb_eval.profile.launches import count_or_error
-from kb_eval.timing import TimingSettings, paired_rounds, time_callable
+from kb_eval.timing import SPENT, TimingSettings, paired_rounds, time_callable
 
 CUDA_ERROR_MARKERS = ("CUDA error", "CUDA_ERROR", "illegal memory access", "cudaError",
                       "device-side assert", "unspecified launch failure")
@@ -208,6 +208,9 @@ def _timing_step(model, module, payload: dict, workdir: Path, device: torch.devi
     # calls, re-checks, handshakes and the reference's rounds, phases.pair_reference).
     timing = result["timing"]
     steps.seconds["timing_calls"] = round(timing["mean"] * timing["n"] / 1e3, 4)
+    # The host's account of the step (timing.SPENT): "timed" is the wall time of the
+    # timed calls with their flushes, "handshake" holds the reference's rounds.
+    steps.seconds.update({f"timing_{k}": round(v, 4) for k, v in SPENT.items()})
     # Of that, the time timed calls waited for the candidate's threads (threads.py): on a
     # copy of the reference, anything but 0 is our own threads mistaken for its.
     steps.seconds["drain"] = round(watch.ledger.drain_ns / 1e9, 4)

@@ -49,7 +49,7 @@ from kb_eval.faults import inject_fault
 from kb_eval.inputs import (cast_tree, make_init_inputs, make_inputs, precision_dtype,
                             set_precision_flags, widened)
 from kb_eval.profile.launches import count_or_error
-from kb_eval.timing import (TimingSettings, busy_ms_before_quiet, kept, paired_rounds,
+from kb_eval.timing import (SPENT, TimingSettings, busy_ms_before_quiet, kept, paired_rounds,
                             round_timer, take_launch_ms, time_calls)
 
 MAX_PROBLEMS = 8  # problems kept loaded (models hold their weights)
@@ -326,6 +326,7 @@ def time_round(payload: dict, device: torch.device) -> dict:
     candidate code runs; the candidate's child is stopped meanwhile. One untimed call
     first (the candidate's rounds start the same way; none with `round_untimed` off), and
     the run's warmup before the first round."""
+    entered, spent_before = clocks.perf_counter(), SPENT.copy()
     p = _problem(payload, device)
     settings = TimingSettings.model_validate(payload["timing"])
     r = int(payload["round"])
@@ -336,7 +337,9 @@ def time_round(payload: dict, device: torch.device) -> dict:
         return {"error": f"no {payload.get('baseline_mode')} baseline: {timed}"}
     # Kernels the stopped candidate queued may still run: wait them out, so that they
     # never slow the reference's round, and report how long (phases.pair_busy_max).
+    quiet_from = clocks.perf_counter()
     busy_ms = busy_ms_before_quiet(device) if device.type == "cuda" else 0.0
+    SPENT["quiet"] += clocks.perf_counter() - quiet_from
     # Around each call, the candidate child's own bookkeeping (calls.py: on a host-bound
     # problem that work slows the next call, so both sides do it).
     rounds = paired_rounds(settings)
@@ -347,11 +350,13 @@ def time_round(payload: dict, device: torch.device) -> dict:
                        {calls_r[-1]}, len(calls_r), candidate=False)
     untimed = int(settings.round_untimed)  # the round's own untimed call, as the candidate's
     with torch.no_grad():
+        warm_from = clocks.perf_counter()
         for i in range(untimed + (settings.warmup if r == 0 else 0)):
             started = clocks.perf_counter()  # the last one is the round's untimed call
             calls.call(*calls.args(-1 - i))
             calls.untimed_ended()
         sync(device)
+        SPENT["untimed"] += clocks.perf_counter() - warm_from
         # the spin-up counts the round's untimed call (not the warmups), as the candidate's
         timer = round_timer(device, settings, clocks.perf_counter() - started if untimed else 0.0)
         take_launch_ms(timer)
@@ -364,7 +369,9 @@ def time_round(payload: dict, device: torch.device) -> dict:
     # beside the stopped candidate; the next request of any other kind releases them.
     if r == len(rounds) - 1:
         release(device)
-    return {"ms": ms, "busy_ms": busy_ms, "launch_ms": take_launch_ms(timer)}
+    SPENT["server"] += clocks.perf_counter() - entered
+    return {"ms": ms, "busy_ms": busy_ms, "launch_ms": take_launch_ms(timer),
+            "spent": {k: v - spent_before.get(k, 0.0) for k, v in SPENT.items()}}
 
 
 def estimate_call(payload: dict, device: torch.device) -> dict:

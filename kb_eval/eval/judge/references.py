@@ -31,9 +31,21 @@ from kb_eval.problems import Problem
 from kb_eval.results import CrashInfo
 from kb_eval.devlock import device_lock
 from kb_eval.timing import TimingSettings, TimingStats, budgeted
+from kb_eval import clocks
 
 if TYPE_CHECKING:
     from kb_eval.eval.schedule.exchange import Exchange
+
+
+# Seconds the servers spent on the calls this thread made (a lane's thread: its current
+# sample's), queueing for a server not included; the paired rounds are counted apart.
+_SERVER_TIME = threading.local()
+
+
+def take_server_seconds() -> float:
+    """The servers' seconds for this thread's calls since the last take (phases.server)."""
+    spent, _SERVER_TIME.s = getattr(_SERVER_TIME, "s", 0.0), 0.0
+    return spent
 
 
 @dataclass
@@ -307,7 +319,8 @@ class ReferenceStore:
             raise RuntimeError(f"reference round {r}: {why or out.describe()}")
         launch = out.result.get("launch_ms")
         return {"ms": [float(x) for x in ms], "busy_ms": float(out.result.get("busy_ms") or 0),
-                "launch_ms": None if launch is None else float(launch)}
+                "launch_ms": None if launch is None else float(launch),
+                "spent": dict(out.result.get("spent") or {})}
 
     def server_pid(self, device: str) -> int | None:
         """The pid of `device`'s server, if it is running."""
@@ -326,7 +339,11 @@ class ReferenceStore:
         timing step) must get the server while another lane waits for the device."""
         mode = "exclusive" if payload.get("timing") or payload.get("metrics") else "shared"
         with device_lock(self.ctx.lock_path(device), mode), self._server_locks[device]:
-            return self._call_server(self.servers[device], payload)
+            started = clocks.monotonic()
+            try:
+                return self._call_server(self.servers[device], payload)
+            finally:
+                _SERVER_TIME.s = getattr(_SERVER_TIME, "s", 0.0) + clocks.monotonic() - started
 
     def _call_server(self, server: Server, payload: dict) -> ChildOutcome:
         cfg = self.ctx.config

@@ -29,7 +29,7 @@ from kb_eval import clocks
 from kb_eval.eval.schedule import pinning
 from kb_eval.timing import kept, paired_rounds
 
-POLL_S = 0.002
+POLL_S = 0.0005  # the child's ready: each round waits for it (21 a sample)
 
 
 def reference_rounds_before(r: int, rounds: int) -> list[int]:
@@ -57,6 +57,7 @@ class Pairing(threading.Thread):
         # Where the timing step's time goes (phases.pair_reference*): the reference's
         # rounds from stop to resume, and the part of it in the reference's timed calls.
         self.ref_wall_s = self.ref_calls_s = 0.0
+        self.ref_spent: dict[str, float] = {}  # the server's own account (timing.SPENT)
         self.error: str | None = None
         self.done = threading.Event()
         folder.mkdir(parents=True, exist_ok=True)
@@ -98,6 +99,8 @@ class Pairing(threading.Thread):
                     self.busy_ms = max(self.busy_ms, timed["busy_ms"])
                     if timed.get("launch_ms") is not None:
                         self.launch_ms.append(timed["launch_ms"])
+                    for part, seconds in timed.get("spent", {}).items():
+                        self.ref_spent[part] = self.ref_spent.get(part, 0.0) + seconds
             except Exception as e:  # noqa: BLE001 - the sample keeps its unpaired interval
                 self.error = f"reference round: {type(e).__name__}: {e}"[:300]
             finally:
@@ -154,7 +157,7 @@ def finish_pairing(pairing: Pairing | None) -> dict | None:
     the longest the GPU stayed busy with other work while the candidate was stopped,
     "launch_ms": the reference's median launch time (None on a CPU), and the seconds of
     the reference's rounds: "ref_wall_s" from stop to resume, "ref_calls_s" in its timed
-    calls."""
+    calls, "ref_spent" the server's account of its rounds by part (timing.SPENT)."""
     if pairing is None:
         return None
     ref = pairing.finish()
@@ -164,4 +167,5 @@ def finish_pairing(pairing: Pairing | None) -> dict | None:
     return {"rounds": [ref[r] for r in range(pairing.rounds)],
             "busy_ms": pairing.busy_ms,
             "launch_ms": statistics.median(launches) if launches else None,
-            "ref_wall_s": pairing.ref_wall_s, "ref_calls_s": pairing.ref_calls_s}
+            "ref_wall_s": pairing.ref_wall_s, "ref_calls_s": pairing.ref_calls_s,
+            "ref_spent": pairing.ref_spent}

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from kb_eval.eval.child.worker import BEFORE_PROBE, Laps
 from kb_eval.eval.judge.crashes import crash_info, status_of
-from kb_eval.eval.judge.references import ReferenceStore
+from kb_eval.eval.judge.references import ReferenceStore, take_server_seconds
 from kb_eval.eval.judge.verdict import child_failure, judge_sample, labels_to_check
 from kb_eval.eval.schedule.build import BuildOutcome, source_sha256
 from kb_eval.eval.schedule.context import EvalContext, is_cpu
@@ -61,6 +61,9 @@ def new_record(ctx: EvalContext, task: SampleTask) -> SampleRecord:
 def finish(record: SampleRecord, task: SampleTask) -> SampleRecord:
     record.wall_s = round(time.monotonic() - task.started, 3)
     record.phases = dict(task.laps.seconds)
+    # the reference server's own work for this sample, its paired rounds apart (the
+    # device's second serial resource beside the timing lock: eval_throughput.py)
+    record.phases["server"] = round(take_server_seconds(), 3)
     return record
 
 
@@ -136,6 +139,8 @@ def _evaluate(ctx: EvalContext, refs: ReferenceStore, task: SampleTask, device: 
     if (paired or {}).get("rounds"):  # of child_timing: the reference's rounds, its calls
         task.laps.seconds["pair_reference"] = round(paired["ref_wall_s"], 3)
         task.laps.seconds["pair_reference_calls"] = round(paired["ref_calls_s"], 3)
+        for part, seconds in paired.get("ref_spent", {}).items():  # "server": all of it
+            task.laps.seconds[f"pair_reference_{part}"] = round(seconds, 4)
     if sweep_escapees() and alone:
         record.flags.append(Flag(code="left_processes", severity="warning",
                                  message="processes that shed the sandbox marker outlived "
@@ -231,7 +236,7 @@ def _child_steps(steps: object) -> dict[str, float]:
     for anything that is scored)."""
     if not isinstance(steps, dict):
         return {}
-    return {f"child_{k}": round(float(v), 3) for k, v in list(steps.items())[:10]
+    return {f"child_{k}": round(float(v), 3) for k, v in list(steps.items())[:16]
             if isinstance(k, str) and k.isidentifier() and isinstance(v, (int, float))}
 
 
