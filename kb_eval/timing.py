@@ -15,6 +15,7 @@ default (allocator growth and lazy initialisation land there).
 from __future__ import annotations
 
 import collections
+import contextlib
 import gc
 import math
 import resource
@@ -34,6 +35,16 @@ ArgsForTrial = Callable[[int], Sequence[Any]]
 # their flush and synchronize, "check" what runs on each output (tripwires, re-checks),
 # "spin" the spin-ups; paired timing adds its own parts. Never part of a scored time.
 SPENT: collections.Counter[str] = collections.Counter()
+
+
+@contextlib.contextmanager
+def spent(part: str):
+    """Add the host seconds of the block to SPENT[part]."""
+    started = clocks.perf_counter()
+    try:
+        yield
+    finally:
+        SPENT[part] += clocks.perf_counter() - started
 
 
 class TimingSettings(BaseModel):

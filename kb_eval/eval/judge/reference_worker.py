@@ -50,7 +50,7 @@ from kb_eval.inputs import (cast_tree, make_init_inputs, make_inputs, precision_
                             set_precision_flags, widened)
 from kb_eval.profile.launches import count_or_error
 from kb_eval.timing import (SPENT, TimingSettings, busy_ms_before_quiet, kept, paired_rounds,
-                            round_timer, take_launch_ms, time_calls)
+                            round_timer, spent, take_launch_ms, time_calls)
 
 MAX_PROBLEMS = 8  # problems kept loaded (models hold their weights)
 # Reference outputs kept on a GPU between samples: at most this share of its memory. They
@@ -190,6 +190,11 @@ def _lazy_truth(p: Problem, kind: str, inputs: list, tensors: list) -> bool:
 
 
 def _run_reference(p: Problem, inputs: list, kind: str, device: torch.device):
+    with spent("reference"):
+        return _reference_run(p, inputs, kind, device)
+
+
+def _reference_run(p: Problem, inputs: list, kind: str, device: torch.device):
     prints = fingerprints(inputs)  # not a copy: inputs may be gigabytes
     before = _reset_peak(device)
     with torch.no_grad():
@@ -214,7 +219,8 @@ def _float64_truth(p: Problem, inputs: list, precision: str,
     if p.truth_error:
         return p.truth_error
     try:
-        with widened(p.model, precision_dtype(precision)) as model, torch.no_grad():
+        with spent("truth"), widened(p.model, precision_dtype(precision)) as model, \
+                torch.no_grad():
             # the widened inputs live only during the call
             out = with_room(lambda: model(*[cast_tree(x, torch.float64) for x in inputs]),
                             device)
@@ -245,11 +251,16 @@ def compare_sample(payload: dict, workdir: Path) -> dict:
     key = payload["compare"].get("exchange")
     if key is not None and key not in _EXCHANGES:  # this server is not the one that
         return {"exchange_lost": True}  # exported them (it was started again)
+    spent_before = SPENT.copy()
     try:
-        return _compare(payload, device,
-                        _EXCHANGES[key].views() if key is not None else None)
+        result = _compare(payload, device,
+                          _EXCHANGES[key].views() if key is not None else None)
     finally:
         free_buffers(key)
+    # where the server's time on a comparison went (phases server_*; timing.SPENT)
+    result["spent"] = {k: v - spent_before.get(k, 0.0) for k, v in SPENT.items()
+                       if k in ("reference", "truth", "metrics", "judge")}
+    return result
 
 
 def export_buffers(spec: dict, device: torch.device) -> dict:
@@ -295,11 +306,12 @@ def _compare(payload: dict, device: torch.device, slots: list[torch.Tensor] | No
             # problem (the parent counts a missing comparison against that candidate).
             seen[name] = {"skipped": f"{type(e).__name__}: {e}".splitlines()[0][:200]}
             continue
-        diffs[name] = judge_file(Path(compare["folder"]) / f"{name}.out", refs,
-                                 tol["atol"], tol["rtol"],
-                                 _STAGING if device.type == "cuda" else None,
-                                 truth if isinstance(truth, list) or callable(truth) else None,
-                                 slots)
+        with spent("judge"):  # a lazy truth computed in it counts as "truth" too
+            diffs[name] = judge_file(Path(compare["folder"]) / f"{name}.out", refs,
+                                     tol["atol"], tol["rtol"],
+                                     _STAGING if device.type == "cuda" else None,
+                                     truth if isinstance(truth, list) or callable(truth)
+                                     else None, slots)
         if isinstance(truth, str):
             diffs[name]["f64_skipped"] = truth
         truth = None  # a timed call's truth is not kept: freed before the next label
@@ -307,7 +319,8 @@ def _compare(payload: dict, device: torch.device, slots: list[torch.Tensor] | No
     settings = TimingSettings.model_validate(payload["timing"] or payload.get("floor_timing")
                                              or {})
     if payload.get("metrics"):
-        result["metrics"] = _floor_metrics(p, payload, device, settings)
+        with spent("metrics"):
+            result["metrics"] = _floor_metrics(p, payload, device, settings)
     if payload.get("timing") is not None:
         timed = baseline_model(p, payload, device)
         if isinstance(timed, str):

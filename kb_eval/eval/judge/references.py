@@ -40,12 +40,26 @@ if TYPE_CHECKING:
 # Seconds the servers spent on the calls this thread made (a lane's thread: its current
 # sample's), queueing for a server not included; the paired rounds are counted apart.
 _SERVER_TIME = threading.local()
+CALL_KINDS = ("plan", "estimate", "export", "exchange_free", "compare")
 
 
-def take_server_seconds() -> float:
-    """The servers' seconds for this thread's calls since the last take (phases.server)."""
-    spent, _SERVER_TIME.s = getattr(_SERVER_TIME, "s", 0.0), 0.0
-    return spent
+def take_server_seconds() -> dict[str, float]:
+    """The servers' seconds for this thread's calls since the last take, as phases:
+    "server" in all, "server_<kind>" per kind of call (CALL_KINDS) and, of the
+    comparisons, the parts the server timed itself ("server_truth": float64 runs...)."""
+    spent, _SERVER_TIME.spent = getattr(_SERVER_TIME, "spent", {}), {}
+    return {k: round(v, 3) for k, v in spent.items()}
+
+
+def _note_server_time(payload: dict, seconds: float, out: ChildOutcome | None) -> None:
+    kind = next((k for k in CALL_KINDS if payload.get(k)), "other")
+    parts = (out.result or {}).get("spent") if out is not None and out.ok else None
+    spent = getattr(_SERVER_TIME, "spent", {})
+    for part, s in [("server", seconds), (f"server_{kind}", seconds),
+                    *((f"server_{k}", v) for k, v in (parts or {}).items()
+                      if isinstance(v, (int, float)))]:
+        spent[part] = spent.get(part, 0.0) + s
+    _SERVER_TIME.spent = spent
 
 
 @dataclass
@@ -339,11 +353,12 @@ class ReferenceStore:
         timing step) must get the server while another lane waits for the device."""
         mode = "exclusive" if payload.get("timing") or payload.get("metrics") else "shared"
         with device_lock(self.ctx.lock_path(device), mode), self._server_locks[device]:
-            started = clocks.monotonic()
+            started, out = clocks.monotonic(), None
             try:
-                return self._call_server(self.servers[device], payload)
+                out = self._call_server(self.servers[device], payload)
+                return out
             finally:
-                _SERVER_TIME.s = getattr(_SERVER_TIME, "s", 0.0) + clocks.monotonic() - started
+                _note_server_time(payload, clocks.monotonic() - started, out)
 
     def _call_server(self, server: Server, payload: dict) -> ChildOutcome:
         cfg = self.ctx.config
