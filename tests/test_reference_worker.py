@@ -3,6 +3,9 @@ the candidate's file, and a problem's fixed outputs computed once for all its sa
 
 from __future__ import annotations
 
+import signal
+import time
+
 import pytest
 import torch
 
@@ -197,3 +200,48 @@ def test_a_round_starts_with_one_untimed_call_unless_told_not_to(untimed):
         assert len(out["ms"]) == len(rounds[r]) - (1 if r == 0 else 0)  # the discarded first
         made.append(_calls() - before)
     assert made == [3 + untimed + len(rounds[0]), untimed + len(rounds[1])]
+
+
+SLOW_ON_META = '''
+import time
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(256))
+
+    def forward(self, x):
+        if x.is_meta:  # as an op decomposed step by step on the meta device
+            time.sleep(30)
+        return x * self.w
+
+
+def get_inputs():
+    return [torch.randn(8, 256)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_a_slow_meta_forward_leaves_the_outputs_size_unknown_within_the_limit():
+    """KernelBench's LSTMs spent 8-17 s of the server in their plan's meta forward."""
+    handler = signal.getsignal(signal.SIGALRM)
+    started = time.monotonic()
+    plan = reference_worker.compare_sample(
+        {"plan": True, "problem_code": SLOW_ON_META, "device": "cpu", "precision": "fp32"},
+        None)
+    took = time.monotonic() - started
+    assert took < reference_worker.META_FORWARD_MAX_S + 5
+    assert plan["out_bytes"] is None and "_TooLong" in plan["meta_error"]
+    assert plan["in_bytes"] == 8 * 256 * 4 and plan["weights_bytes"] == 256 * 4
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)  # no timer left armed
+    assert signal.getsignal(signal.SIGALRM) is handler
+    # a quick one is untouched
+    plan = reference_worker.compare_sample(
+        {"plan": True, "problem_code": PROBLEM, "device": "cpu", "precision": "fp32"}, None)
+    assert plan["out_bytes"] == 6 * 4 * 4 and "meta_error" not in plan

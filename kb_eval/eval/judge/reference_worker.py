@@ -25,8 +25,11 @@ reference's timing (live baseline).
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import hashlib
+import signal
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -489,16 +492,49 @@ def plan_problem(payload: dict, device: torch.device) -> dict:
         plan["in_bytes"] = tensor_bytes(meta_inputs)
         with torch.device("meta"):
             model = module.Model(*make_init_inputs(module.get_init_inputs, "meta"))
-            out = model.to(dtype=dtype)(*meta_inputs)
+            model = model.to(dtype=dtype)
+            plan["weights_bytes"] = sum(tensor_bytes(t) for t in model.state_dict().values())
+            plan["itemsize"] = dtype.itemsize
+            with within(META_FORWARD_MAX_S):
+                out = model(*meta_inputs)
         plan["out_bytes"] = tensor_bytes(output_tensors(out))
-        plan["weights_bytes"] = sum(tensor_bytes(t) for t in model.state_dict().values())
-        plan["itemsize"] = dtype.itemsize
     except Exception as e:  # noqa: BLE001 - an op without a meta kernel: sizes unknown
         plan["meta_error"] = f"{type(e).__name__}: {e}".splitlines()[0][:200]
     if device.type == "cuda":
         plan["free_bytes"], plan["total_bytes"] = torch.cuda.mem_get_info(device)
         plan["reserved_bytes"] = torch.cuda.memory_reserved(device)  # this server's own
     return plan
+
+
+# On the meta device an op without a meta kernel of its own runs decomposed, op by op in
+# Python: KernelBench's 6-layer LSTMs took 8-17 s of the reference server's time in their
+# plan (H100 and 2-core CPU alike), where other problems' plans take milliseconds. Past
+# this, the outputs' size stays unknown, as for an op with no meta support at all.
+META_FORWARD_MAX_S = 1.0
+
+
+class _TooLong(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def within(seconds: float):
+    """Raise _TooLong in the block once it has run `seconds` (a timer signal: the main
+    thread only, where the server runs its tasks; elsewhere the block runs unbounded)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        raise _TooLong(f"over {seconds:g} s")
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def _floor_metrics(p: Problem, payload: dict, device: torch.device,
