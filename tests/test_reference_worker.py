@@ -3,7 +3,10 @@ the candidate's file, and a problem's fixed outputs computed once for all its sa
 
 from __future__ import annotations
 
+import json
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -245,3 +248,19 @@ def test_a_slow_meta_forward_leaves_the_outputs_size_unknown_within_the_limit():
     plan = reference_worker.compare_sample(
         {"plan": True, "problem_code": PROBLEM, "device": "cpu", "precision": "fp32"}, None)
     assert plan["out_bytes"] == 6 * 4 * 4 and "meta_error" not in plan
+
+
+def test_a_fresh_servers_first_plan_knows_its_outputs_size():
+    """The meta device's first op imports its kernels (1 s on the 2-core CPU): not
+    counted against the bound, or every run's first problem lost its buffers."""
+    code = ("import json, sys\n"
+            "from kb_eval.eval.judge import reference_worker as rw\n"
+            "plan = rw.compare_sample({'plan': True, 'problem_code': sys.stdin.read(),"
+            " 'device': 'cpu', 'precision': 'fp32'}, None)\n"
+            "print(json.dumps(plan))\n")
+    problem = PROBLEM.replace("torch.randn(6, 4)", "torch.randn(2048, 2048)")
+    p = subprocess.run([sys.executable, "-c", code], input=problem, capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    plan = json.loads(p.stdout.strip().splitlines()[-1])
+    assert plan["out_bytes"] == 2048 * 2048 * 4 and "meta_error" not in plan, plan
