@@ -245,14 +245,36 @@ def phase_medians(phases: list[dict]) -> str:
         f"{sum(ph.get(k, 0.0) for ph in phases):.0f}" for k in names)
 
 
+class Stopped(Exception):
+    """A pass stopped by Ctrl-C or a time limit, with the samples it finished."""
+
+    def __init__(self, records: list):
+        super().__init__(f"stopped after {len(records)} samples")
+        self.records = records
+
+
 def one_pass(label: str, pairs, config: EvalConfig, devices: int = 1) -> list:
+    """Evaluate `pairs`, print the pass's figures, return its records. Stopped midway:
+    the figures of the samples finished so far, then Stopped with them."""
     t0, cpu0 = time.monotonic(), children_cpu_s()
-    records = []
-    for r in evaluate(pairs, config):
-        records.append(r)
-        if len(records) % 10 == 0 or len(records) == len(pairs):
-            print(f"  [{label}] {len(records)}/{len(pairs)} done at {time.monotonic() - t0:6.1f}s",
-                  flush=True)
+    records, stopped = [], False
+    try:
+        for r in evaluate(pairs, config):
+            records.append(r)
+            if len(records) % 10 == 0 or len(records) == len(pairs):
+                print(f"  [{label}] {len(records)}/{len(pairs)} done at "
+                      f"{time.monotonic() - t0:6.1f}s", flush=True)
+    except KeyboardInterrupt:  # the evaluation has stopped its children on the way out
+        stopped = True
+        label = f"{label}, STOPPED after {len(records)} of {len(pairs)}"
+    summarize(label, records, config, devices, t0, cpu0)
+    if stopped:
+        raise Stopped(records)
+    return records
+
+
+def summarize(label: str, records: list, config: EvalConfig, devices: int, t0: float,
+              cpu0: float) -> None:
     wall, cpu = time.monotonic() - t0, children_cpu_s() - cpu0
     statuses = Counter(r.status for r in records)
     hits = sum(1 for r in records if r.build and r.build.cache_hit)
@@ -287,7 +309,6 @@ def one_pass(label: str, pairs, config: EvalConfig, devices: int = 1) -> list:
     bad = [r for r in records if r.status != "correct"][:3]
     for r in bad:
         print(f"  ! {r.key} s{r.sample}: {r.status}: {r.error}\n    {(r.detail or '')[-600:]}")
-    return records
 
 
 def corpus_pairs(folder: Path, source: str) -> list:
@@ -434,12 +455,19 @@ def main() -> int:
           f"{args.jobs} build jobs, {args.correct_trials} correctness trials, "
           f"at most {args.trials} timed calls ({args.timing_budget_ms:g} ms budget); "
           f"cache {config.cache_dir}", flush=True)
-    cold = [] if args.warm_only else one_pass("cold cache", pairs, config, devices)
-    if args.records:  # after each pass: a run stopped in the next keeps this one
-        write_records(args.records, {"cold": cold}, args)
-    warm = [] if args.cold_only else one_pass("warm cache", pairs, config, devices)
-    if args.records:
-        write_records(args.records, {"cold": cold, "warm": warm}, args)
+    passes: dict[str, list] = {}
+    for name, skip in (("cold", args.warm_only), ("warm", args.cold_only)):
+        if skip:
+            continue
+        try:
+            passes[name] = one_pass(f"{name} cache", pairs, config, devices)
+        except Stopped as e:  # what it finished is kept, under its own name
+            passes[f"{name}_stopped"] = e.records
+            raise KeyboardInterrupt from None
+        finally:
+            if args.records:  # after each pass, and a stopped one's finished samples
+                write_records(args.records, passes, args)
+    cold, warm = passes.get("cold", []), passes.get("warm", [])
     ok = all(r.status == "correct" for r in cold + warm)
     print("all correct" if ok else "NOT all correct (expected with --corpus: it holds "
           "wrong, slow and crashing candidates on purpose)")
@@ -460,4 +488,5 @@ if __name__ == "__main__":
         with sigterm_as_interrupt():
             sys.exit(main())
     except KeyboardInterrupt:
-        sys.exit("eval_throughput: stopped (the passes finished before are in --records)")
+        sys.exit("eval_throughput: stopped (--records holds the passes done and the "
+                 "stopped one's finished samples)")
