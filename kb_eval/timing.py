@@ -222,9 +222,8 @@ def time_calls(fn: Callable[..., Any], indices: Sequence[int], timer: "_CpuTimer
     reference server loaded since it started (70 ms of every sample on the 2-core CPU)."""
     samples, now = [], clocks.perf_counter
     if collect:
-        t0 = now()
-        gc.collect(1)
-        SPENT["gc"] += now() - t0
+        with spent("gc"):
+            gc.collect(1)
     gc.disable()  # a collection pause inside a call would be timed as the call's (timeit does the same)
     try:
         for i in indices:
@@ -292,10 +291,8 @@ def round_timer(device: torch.device, settings: TimingSettings,
     to its synchronize): only the rest is spun. On the H100's model-style corpus, calls
     of 3-20 ms spun 10 ms more per round and side regardless (0.4 s of each sample)."""
     spin_s = max(0.0, settings.round_spin_up_ms / 1e3 - busy_s)
-    t0 = clocks.perf_counter()
-    timer = timer_for(device, settings.flush_l2, spin_s)
-    SPENT["spin"] += clocks.perf_counter() - t0
-    return timer
+    with spent("spin"):
+        return timer_for(device, settings.flush_l2, spin_s)
 
 
 def device_wait_ms(device: torch.device) -> float | None:

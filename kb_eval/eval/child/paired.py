@@ -11,7 +11,7 @@ import torch
 
 from kb_eval import clocks
 from kb_eval.eval.child.probes import sync
-from kb_eval.timing import (SPENT, TimingSettings, TimingStats, kept, round_timer,
+from kb_eval.timing import (SPENT, TimingSettings, TimingStats, kept, round_timer, spent,
                             take_launch_ms, time_calls)
 
 
@@ -63,10 +63,9 @@ def handshake(folder: Path, r: int, device: torch.device) -> None:
     go. Its thread answers every ready; the wait is bounded all the same, and a go the
     candidate wrote itself gains nothing: the parent stops this process group for the
     reference's rounds whatever the files say."""
-    started = clocks.perf_counter()
-    sync(device)
-    (folder / f"ready_{r}").write_text("")
-    deadline = clocks.monotonic() + HANDSHAKE_WAIT_S
-    while not (folder / f"go_{r}").exists() and clocks.monotonic() < deadline:
-        clocks.sleep(0.0005)
-    SPENT["handshake"] += clocks.perf_counter() - started  # the reference's rounds in it
+    with spent("handshake"):  # the reference's rounds are in it
+        sync(device)
+        (folder / f"ready_{r}").write_text("")
+        deadline = clocks.monotonic() + HANDSHAKE_WAIT_S
+        while not (folder / f"go_{r}").exists() and clocks.monotonic() < deadline:
+            clocks.sleep(0.0005)

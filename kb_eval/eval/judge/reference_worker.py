@@ -354,9 +354,8 @@ def time_round(payload: dict, device: torch.device) -> dict:
         return {"error": f"no {payload.get('baseline_mode')} baseline: {timed}"}
     # Kernels the stopped candidate queued may still run: wait them out, so that they
     # never slow the reference's round, and report how long (phases.pair_busy_max).
-    quiet_from = clocks.perf_counter()
-    busy_ms = busy_ms_before_quiet(device) if device.type == "cuda" else 0.0
-    SPENT["quiet"] += clocks.perf_counter() - quiet_from
+    with spent("quiet"):
+        busy_ms = busy_ms_before_quiet(device) if device.type == "cuda" else 0.0
     # Around each call, the candidate child's own bookkeeping (calls.py: on a host-bound
     # problem that work slows the next call, so both sides do it).
     rounds = paired_rounds(settings)
@@ -367,13 +366,12 @@ def time_round(payload: dict, device: torch.device) -> dict:
                        {calls_r[-1]}, len(calls_r), candidate=False)
     untimed = int(settings.round_untimed)  # the round's own untimed call, as the candidate's
     with torch.no_grad():
-        warm_from = clocks.perf_counter()
-        for i in range(untimed + (settings.warmup if r == 0 else 0)):
-            started = clocks.perf_counter()  # the last one is the round's untimed call
-            calls.call(*calls.args(-1 - i))
-            calls.untimed_ended()
-        sync(device)
-        SPENT["untimed"] += clocks.perf_counter() - warm_from
+        with spent("untimed"):
+            for i in range(untimed + (settings.warmup if r == 0 else 0)):
+                started = clocks.perf_counter()  # the last one is the round's untimed call
+                calls.call(*calls.args(-1 - i))
+                calls.untimed_ended()
+            sync(device)
         # the spin-up counts the round's untimed call (not the warmups), as the candidate's
         timer = round_timer(device, settings, clocks.perf_counter() - started if untimed else 0.0)
         take_launch_ms(timer)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kb_eval import clocks
 from kb_eval.eval.judge.crashes import crash_info
 from kb_eval.eval.schedule.context import EvalContext, is_cpu
 from kb_eval.eval.wire.labels import parse_label
@@ -31,7 +32,6 @@ from kb_eval.problems import Problem
 from kb_eval.results import CrashInfo
 from kb_eval.devlock import device_lock
 from kb_eval.timing import TimingSettings, TimingStats, budgeted
-from kb_eval import clocks
 
 if TYPE_CHECKING:
     from kb_eval.eval.schedule.exchange import Exchange
