@@ -25,7 +25,7 @@ from kb_eval.eval import EvalConfig, evaluate
 from kb_eval.eval.schedule import pch
 from kb_eval.eval.schedule.build import (MARKER, Builder, cache_key, is_diagnosed,
                                          toolchain_fault, toolchain_fingerprint)
-from kb_eval.problems import load_problems
+from kb_eval.problems import load_problems, reference_copy
 from kb_eval.timing import TimingSettings
 
 slow = pytest.mark.slow  # every test that compiles
@@ -305,3 +305,21 @@ def test_timeout_while_making_pch_is_retried_without_it(tmp_path):
     assert out.info.status in ("ok", "timeout"), (out.error, out.detail)
     cached = (Path(out.extensions_dir) / MARKER).exists()
     assert cached == (out.info.status == "ok")
+
+
+def test_torch_locks_left_by_the_runs_children_are_cleared_at_its_end(problem, tmp_path):
+    """A child killed while torch's FileBaton was held (a time limit, Ctrl-C) left
+    `<key>/<extension>/lock`, and every later load of that build waited on it until its
+    load budget ran out: a `timeout` charged to the candidate. A lock made during the run
+    (every child has ended by its close) goes; an older one, maybe another run's, stays."""
+    cache = tmp_path / "cache"
+    during, before = (cache / "builds" / k / "ext" / "lock" for k in ("k1", "k2"))
+    for lock in (during, before):
+        lock.parent.mkdir(parents=True)
+        lock.write_text("")
+    now = time.time()
+    os.utime(during, (now + 3600, now + 3600))  # as if made after the run started
+    os.utime(before, (now - 3600, now - 3600))
+    records = list(evaluate([(problem, 0, reference_copy(problem))], config(cache, tmp_path)))
+    assert records[0].status == "correct", records[0]
+    assert not during.exists() and before.exists()

@@ -80,6 +80,24 @@ def _first_line(cmd: list[str]) -> str:
     return lines[-1] if cmd[0] == "nvcc" and lines else (lines[0] if lines else "")
 
 
+def clear_batons(root: Path, since: float) -> int:
+    """Remove torch's build locks (`<key>/<extension>/lock`, cpp_extension's FileBaton)
+    made since `since` (wall clock) under the build cache `root`; returns how many. Call
+    it once every child of the run has ended, so that none is held: a child killed while
+    torch held one (a time limit, Ctrl-C, a load over its budget) left it behind, and
+    every later load of that build waited on it until its load budget ran out, a
+    `timeout` charged to the candidate (seen on the CPU after a run stopped by SIGTERM)."""
+    removed = 0
+    for lock in Path(root).glob("*/*/lock"):
+        try:
+            if lock.is_file() and lock.stat().st_mtime >= since:
+                lock.unlink()
+                removed += 1
+        except OSError:
+            pass
+    return removed
+
+
 @functools.lru_cache(maxsize=8)
 def toolchain_fingerprint(arch_list: str = "", cxx: str | None = None, front: str = "") -> str:
     """What, besides the source, decides the bytes of a build (and its ninja commands:

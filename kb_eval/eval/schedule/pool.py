@@ -26,10 +26,11 @@ import os
 import queue
 import shutil
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterator
 
-from kb_eval.eval.schedule.build import BuildOutcome, Builder, source_sha256
+from kb_eval.eval.schedule.build import BuildOutcome, Builder, clear_batons, source_sha256
 from kb_eval.eval.schedule.context import EvalContext
 from kb_eval.eval.schedule.first_call import first_call_payload
 from kb_eval.eval.schedule.overlap import DeviceSlots
@@ -138,6 +139,7 @@ class EvalPool(RecordStream):
     def __init__(self, ctx: EvalContext):
         super().__init__(ctx)
         cfg = ctx.config
+        self.started = time.time()  # locks the run's children leave are younger (close)
         self.builder = Builder(root=cfg.cache_dir / "builds",
                                fingerprint=ctx.fingerprint, env=ctx.build_env(),
                                timeout_s=cfg.build_timeout_s, mem_limit_mb=cfg.mem_limit_mb)
@@ -182,6 +184,7 @@ class EvalPool(RecordStream):
             t.join()
         self.refs.close()
         sweep_escapees(min_age_s=0.0)  # nothing of ours is starting now
+        clear_batons(self.builder.root, self.started)  # every child has ended
         shutil.rmtree(SHM / f"kb_eval_{os.getpid()}", ignore_errors=True)
         if not self.ctx.config.keep_workdirs:
             shutil.rmtree(self.ctx.invocation_dir, ignore_errors=True)
