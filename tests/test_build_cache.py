@@ -307,19 +307,21 @@ def test_timeout_while_making_pch_is_retried_without_it(tmp_path):
     assert cached == (out.info.status == "ok")
 
 
-def test_torch_locks_left_by_the_runs_children_are_cleared_at_its_end(problem, tmp_path):
+def test_torch_locks_left_by_children_are_cleared(problem, tmp_path):
     """A child killed while torch's FileBaton was held (a time limit, Ctrl-C) left
     `<key>/<extension>/lock`, and every later load of that build waited on it until its
     load budget ran out: a `timeout` charged to the candidate. A lock made during the run
-    (every child has ended by its close) goes; an older one, maybe another run's, stays."""
+    goes at its end (every child has ended), one older than any build and run at its
+    start; one that another run's child may still hold stays."""
     cache = tmp_path / "cache"
-    during, before = (cache / "builds" / k / "ext" / "lock" for k in ("k1", "k2"))
-    for lock in (during, before):
+    during, recent, stale = (cache / "builds" / k / "ext" / "lock" for k in ("a", "b", "c"))
+    cfg = config(cache, tmp_path)
+    now = time.time()
+    for lock, made in ((during, now + 3600), (recent, now - 60),
+                       (stale, now - cfg.build_timeout_s - cfg.run_timeout_s - 60)):
         lock.parent.mkdir(parents=True)
         lock.write_text("")
-    now = time.time()
-    os.utime(during, (now + 3600, now + 3600))  # as if made after the run started
-    os.utime(before, (now - 3600, now - 3600))
-    records = list(evaluate([(problem, 0, reference_copy(problem))], config(cache, tmp_path)))
+        os.utime(lock, (made, made))
+    records = list(evaluate([(problem, 0, reference_copy(problem))], cfg))
     assert records[0].status == "correct", records[0]
-    assert not during.exists() and before.exists()
+    assert not during.exists() and recent.exists() and not stale.exists()

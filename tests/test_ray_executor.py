@@ -305,10 +305,17 @@ def test_lane_killed_mid_sample_is_rerun(cluster, folder, tmp_path, build_cache_
                         correct_trials=2, jobs=2, cache_dir=build_cache_dir,
                         results_dir=tmp_path / "r", run_timeout_s=60, executor="ray")
     killed: list = []
+    # a torch build lock made during the run (as a killed build or load leaves one): the
+    # run's end clears it (build.clear_batons), or later loads of that build wait on it
+    left = build_cache_dir / "builds" / "ray-test-lock" / "ext" / "lock"
+    left.parent.mkdir(parents=True, exist_ok=True)
+    left.write_text("")
+    os.utime(left, (time.time() + 3600,) * 2)
     killer = threading.Thread(target=_kill_lane_when, args=(mark, killed), daemon=True)
     killer.start()
     records = list(evaluate(pairs, config))
     killer.join(timeout=5)
+    assert not left.exists()
     assert len(killed) == 1, killed
     by = {(r.problem_id, r.sample): r for r in records}
     assert len(records) == len(by) == 3  # each sample once

@@ -80,17 +80,21 @@ def _first_line(cmd: list[str]) -> str:
     return lines[-1] if cmd[0] == "nvcc" and lines else (lines[0] if lines else "")
 
 
-def clear_batons(root: Path, since: float) -> int:
+def clear_batons(root: Path, since: float | None = None,
+                 before: float | None = None) -> int:
     """Remove torch's build locks (`<key>/<extension>/lock`, cpp_extension's FileBaton)
-    made since `since` (wall clock) under the build cache `root`; returns how many. Call
-    it once every child of the run has ended, so that none is held: a child killed while
-    torch held one (a time limit, Ctrl-C, a load over its budget) left it behind, and
-    every later load of that build waited on it until its load budget ran out, a
-    `timeout` charged to the candidate (seen on the CPU after a run stopped by SIGTERM)."""
+    under the build cache `root` made since `since` or before `before` (wall clock);
+    returns how many. A child killed while torch held one (a time limit, Ctrl-C, a load
+    over its budget) left it behind, and every later load of that build waited on it
+    until its load budget ran out: a `timeout` charged to the candidate (reproduced on
+    the CPU with a lock left in a cached build). So a run removes, once all its children
+    have ended, the locks made since it started, and at its start those older than any
+    build or run may hold one (another run's children may hold younger ones)."""
     removed = 0
     for lock in Path(root).glob("*/*/lock"):
         try:
-            if lock.is_file() and lock.stat().st_mtime >= since:
+            made = lock.stat().st_mtime
+            if (since is not None and made >= since) or (before is not None and made < before):
                 lock.unlink()
                 removed += 1
         except OSError:

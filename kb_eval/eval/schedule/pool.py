@@ -140,6 +140,8 @@ class EvalPool(RecordStream):
         super().__init__(ctx)
         cfg = ctx.config
         self.started = time.time()  # locks the run's children leave are younger (close)
+        clear_batons(cfg.cache_dir / "builds",  # left by a run killed before its end
+                     before=self.started - cfg.build_timeout_s - cfg.run_timeout_s)
         self.builder = Builder(root=cfg.cache_dir / "builds",
                                fingerprint=ctx.fingerprint, env=ctx.build_env(),
                                timeout_s=cfg.build_timeout_s, mem_limit_mb=cfg.mem_limit_mb)
@@ -184,7 +186,7 @@ class EvalPool(RecordStream):
             t.join()
         self.refs.close()
         sweep_escapees(min_age_s=0.0)  # nothing of ours is starting now
-        clear_batons(self.builder.root, self.started)  # every child has ended
+        clear_batons(self.builder.root, since=self.started)  # every child has ended
         shutil.rmtree(SHM / f"kb_eval_{os.getpid()}", ignore_errors=True)
         if not self.ctx.config.keep_workdirs:
             shutil.rmtree(self.ctx.invocation_dir, ignore_errors=True)

@@ -40,7 +40,7 @@ from pathlib import Path
 from kb_eval.errors import UserError
 from kb_eval.eval.config import BUILDS_PER_CORE
 from kb_eval.ray_cluster import NAMESPACE, connect
-from kb_eval.eval.schedule.build import BuildOutcome, cache_key
+from kb_eval.eval.schedule.build import BuildOutcome, cache_key, clear_batons
 from kb_eval.eval.schedule.context import EvalContext
 from kb_eval.eval.schedule.first_call import first_call_payload
 from kb_eval.eval.schedule.pool import _STOP, RecordStream
@@ -59,6 +59,9 @@ class RayPool(RecordStream):
         import ray
 
         self.ray = ray
+        self.started, cfg = time.time(), ctx.config
+        clear_batons(Path(cfg.cache_dir) / "builds",  # as a local run does (pool.py)
+                     before=self.started - cfg.build_timeout_s - cfg.run_timeout_s)
         self.owns_ray = connect(ctx.config.ray_address)
         self.token = secrets.token_hex(4)
         self.spec = self._spec()
@@ -228,6 +231,9 @@ class RayPool(RecordStream):
         for t in self.threads:
             t.join(timeout=60 if abandon else None)
         self._end_actors([h for h, _ in self.lanes.values()])
+        # the torch build locks the lanes' and builds' children left (build.py); a minute
+        # earlier than the driver's start, for the nodes' clocks
+        clear_batons(Path(self.ctx.config.cache_dir) / "builds", since=self.started - 60)
         Path(self.spec["marker"]).unlink(missing_ok=True)
         if not self.ctx.config.keep_workdirs:
             shutil.rmtree(self.ctx.invocation_dir, ignore_errors=True)
