@@ -37,6 +37,11 @@ ArgsForTrial = Callable[[int], Sequence[Any]]
 SPENT: collections.Counter[str] = collections.Counter()
 
 
+def spent_since(before: collections.Counter[str], parts=None) -> dict[str, float]:
+    """SPENT's growth since the copy `before`, by part (only `parts` when given)."""
+    return {k: v - before.get(k, 0.0) for k, v in SPENT.items() if parts is None or k in parts}
+
+
 @contextlib.contextmanager
 def spent(part: str):
     """Add the host seconds of the block to SPENT[part]."""

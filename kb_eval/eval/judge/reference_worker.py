@@ -54,7 +54,7 @@ from kb_eval.inputs import (cast_tree, make_init_inputs, make_inputs, precision_
                             set_precision_flags, widened)
 from kb_eval.profile.launches import count_or_error
 from kb_eval.timing import (SPENT, TimingSettings, busy_ms_before_quiet, kept, paired_rounds,
-                            round_timer, spent, take_launch_ms, time_calls)
+                            round_timer, spent, spent_since, take_launch_ms, time_calls)
 
 MAX_PROBLEMS = 8  # problems kept loaded (models hold their weights)
 # Reference outputs kept on a GPU between samples: at most this share of its memory. They
@@ -153,7 +153,8 @@ def _reference_outputs(p: Problem, payload: dict, name: str, kind: str, i: int, 
     if name in p.outputs:
         tensors, seen = p.outputs[name], p.seen[name]
     else:
-        tensors, seen = _run_reference(p, inputs, kind, device)
+        with spent("reference"):
+            tensors, seen = _run_reference(p, inputs, kind, device)
 
     def keep(truth) -> None:
         kept = [tensors] + ([truth] if isinstance(truth, list) else [])
@@ -194,11 +195,6 @@ def _lazy_truth(p: Problem, kind: str, inputs: list, tensors: list) -> bool:
 
 
 def _run_reference(p: Problem, inputs: list, kind: str, device: torch.device):
-    with spent("reference"):
-        return _reference_run(p, inputs, kind, device)
-
-
-def _reference_run(p: Problem, inputs: list, kind: str, device: torch.device):
     prints = fingerprints(inputs)  # not a copy: inputs may be gigabytes
     before = _reset_peak(device)
     with torch.no_grad():
@@ -262,8 +258,7 @@ def compare_sample(payload: dict, workdir: Path) -> dict:
     finally:
         free_buffers(key)
     # where the server's time on a comparison went (phases server_*; timing.SPENT)
-    result["spent"] = {k: v - spent_before.get(k, 0.0) for k, v in SPENT.items()
-                       if k in ("reference", "truth", "metrics", "judge")}
+    result["spent"] = spent_since(spent_before, ("reference", "truth", "metrics", "judge"))
     return result
 
 
@@ -386,7 +381,7 @@ def time_round(payload: dict, device: torch.device) -> dict:
         release(device)
     SPENT["server"] += clocks.perf_counter() - entered
     return {"ms": ms, "busy_ms": busy_ms, "launch_ms": take_launch_ms(timer),
-            "spent": {k: v - spent_before.get(k, 0.0) for k, v in SPENT.items()}}
+            "spent": spent_since(spent_before)}
 
 
 def estimate_call(payload: dict, device: torch.device) -> dict:

@@ -102,6 +102,14 @@ def clear_batons(root: Path, since: float | None = None,
     return removed
 
 
+def clear_old_batons(cache_dir: Path, build_timeout_s: float, run_timeout_s: float) -> float:
+    """At a run's start: the locks older than any build and run may hold one (left by a
+    run killed outright); returns the start (wall clock) for the `since` sweep at its end."""
+    started = time.time()
+    clear_batons(Path(cache_dir) / "builds", before=started - build_timeout_s - run_timeout_s)
+    return started
+
+
 @functools.lru_cache(maxsize=8)
 def toolchain_fingerprint(arch_list: str = "", cxx: str | None = None, front: str = "") -> str:
     """What, besides the source, decides the bytes of a build (and its ninja commands:

@@ -26,11 +26,11 @@ import os
 import queue
 import shutil
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterator
 
-from kb_eval.eval.schedule.build import BuildOutcome, Builder, clear_batons, source_sha256
+from kb_eval.eval.schedule.build import (BuildOutcome, Builder, clear_batons,
+                                         clear_old_batons, source_sha256)
 from kb_eval.eval.schedule.context import EvalContext
 from kb_eval.eval.schedule.first_call import first_call_payload
 from kb_eval.eval.schedule.overlap import DeviceSlots
@@ -139,9 +139,8 @@ class EvalPool(RecordStream):
     def __init__(self, ctx: EvalContext):
         super().__init__(ctx)
         cfg = ctx.config
-        self.started = time.time()  # locks the run's children leave are younger (close)
-        clear_batons(cfg.cache_dir / "builds",  # left by a run killed before its end
-                     before=self.started - cfg.build_timeout_s - cfg.run_timeout_s)
+        # locks the run's children leave are younger than this (close)
+        self.started = clear_old_batons(cfg.cache_dir, cfg.build_timeout_s, cfg.run_timeout_s)
         self.builder = Builder(root=cfg.cache_dir / "builds",
                                fingerprint=ctx.fingerprint, env=ctx.build_env(),
                                timeout_s=cfg.build_timeout_s, mem_limit_mb=cfg.mem_limit_mb)

@@ -40,7 +40,8 @@ from pathlib import Path
 from kb_eval.errors import UserError
 from kb_eval.eval.config import BUILDS_PER_CORE
 from kb_eval.ray_cluster import NAMESPACE, connect
-from kb_eval.eval.schedule.build import BuildOutcome, cache_key, clear_batons
+from kb_eval.eval.schedule.build import (BuildOutcome, cache_key, clear_batons,
+                                         clear_old_batons)
 from kb_eval.eval.schedule.context import EvalContext
 from kb_eval.eval.schedule.first_call import first_call_payload
 from kb_eval.eval.schedule.pool import _STOP, RecordStream
@@ -59,9 +60,9 @@ class RayPool(RecordStream):
         import ray
 
         self.ray = ray
-        self.started, cfg = time.time(), ctx.config
-        clear_batons(Path(cfg.cache_dir) / "builds",  # as a local run does (pool.py)
-                     before=self.started - cfg.build_timeout_s - cfg.run_timeout_s)
+        cfg = ctx.config
+        self.started = clear_old_batons(cfg.cache_dir, cfg.build_timeout_s,  # as pool.py
+                                        cfg.run_timeout_s)
         self.owns_ray = connect(ctx.config.ray_address)
         self.token = secrets.token_hex(4)
         self.spec = self._spec()
