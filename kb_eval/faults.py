@@ -2,9 +2,11 @@
 
 `$KB_EVAL_FAULTS` names a folder; a file there named after a point makes that point fail:
 the point's code calls `inject_fault(point)`. A file whose text is `once` is removed as it
-fires (the fault happens once, a retry then succeeds); any other file fires every time.
+fires (the fault happens once, a retry then succeeds); one whose text is a number N fires
+N times (counted down); any other file fires every time.
 Points: `reference_kill` (the reference server kills itself in the middle of a sample),
-`judge_exception` (an exception in the parent while it judges a sample).
+`judge_exception` (an exception in the parent while it judges a sample), `setup_oom` (a
+candidate's child runs out of device memory in its setup, before the candidate's code).
 """
 
 from __future__ import annotations
@@ -26,22 +28,27 @@ def _armed(point: str) -> bool:
         return False
     path = Path(folder) / point
     try:
-        once = path.read_text().strip() == "once"
+        text = path.read_text().strip()
     except OSError:
         return False
-    if once:
-        try:
+    left = 1 if text == "once" else int(text) if text.isdigit() else None
+    if left is None:
+        return True
+    try:
+        if left > 1:
+            path.write_text(str(left - 1))
+        else:
             path.unlink()
-        except FileNotFoundError:
-            return False  # another process fired it first
-    return True
+    except FileNotFoundError:
+        return False  # another process fired it first
+    return left > 0
 
 
-def inject_fault(point: str) -> None:
+def inject_fault(point: str, error: type[BaseException] = InjectedFault) -> None:
     """Fail here if the test armed this point: `*_kill` points SIGKILL this process,
-    the others raise InjectedFault."""
+    the others raise `error`."""
     if not _armed(point):
         return
     if point.endswith("_kill"):
         os.kill(os.getpid(), signal.SIGKILL)
-    raise InjectedFault(f"injected fault at {point}")
+    raise error(f"injected fault at {point}")

@@ -52,6 +52,9 @@ def spent(part: str):
         SPENT[part] += clocks.perf_counter() - started
 
 
+# What settings stored before these fields existed were timed with (TimingSettings._stored_before).
+STORED_BEFORE = {"round_spin_up_ms": 10.0, "launch_cover_ms": 0.0}
+
 class TimingSettings(BaseModel):
     warmup: int = Field(5, ge=0, description="untimed calls before timing")
     trials: int = Field(100, ge=1, description="timed calls kept in the statistics")
@@ -70,18 +73,23 @@ class TimingSettings(BaseModel):
                              "ones: as many as take about this long at the reference's "
                              "speed, at least one per paired round, at most `trials` "
                              "(0: always `trials`)")
-    method: str = Field("cuda_events+l2flush+devsync", description="recorded with results; "
-                        "speedups refuse to mix methods")
+    launch_cover_ms: float = Field(0.25, ge=0, description="CUDA: GPU work (ms) queued "
+                                   "after the flush, ahead of each call's start event, so "
+                                   "that the host's path to the call's first kernel is not "
+                                   "timed (it varied with the host's speed: drift)")
+    method: str = Field("cuda_events+l2flush+cover+devsync", description="recorded with "
+                        "results; speedups refuse to mix methods")
 
     @model_validator(mode="before")
     @classmethod
-    def _stored_before_spin_up(cls, data: Any) -> Any:
-        """Settings stored before `round_spin_up_ms` existed (a dump: it has `method`)
-        were timed with 10 ms, the default until the H100's level-2 copies held their band
-        at 2 ms (99 and 100 of 100 in [0.97, 1.03] in two runs); they read back so, and a
-        run resumed on them keeps them."""
-        if isinstance(data, dict) and "method" in data and "round_spin_up_ms" not in data:
-            return {**data, "round_spin_up_ms": 10.0}
+    def _stored_before(cls, data: Any) -> Any:
+        """Settings stored before a field existed (a dump: it has `method`) read back with
+        what they were timed with, and a run resumed on them keeps it: 10 ms spin-ups (the
+        default until the H100's level-2 copies held their band at 2 ms: 99 and 100 of 100
+        in [0.97, 1.03] in two runs) and no launch cover. Settings made in code name a
+        few fields: they get the defaults."""
+        if isinstance(data, dict) and {"method", "discard_first", "flush_l2"} <= data.keys():
+            return {**STORED_BEFORE, **data}
         return data
 
     @property
@@ -115,12 +123,16 @@ def budgeted(settings: TimingSettings, call_ms: float | None) -> TimingSettings:
     return settings.model_copy(update=update)
 
 
-def method_for(device_type: str, flush_l2: bool = True) -> str:
+def method_for(device_type: str, flush_l2: bool = True,
+               cover_ms: float = TimingSettings.model_fields["launch_cover_ms"].default) -> str:
     """What `method` says for timings taken on this kind of device: a CPU clock is not CUDA
-    events, and a baseline without L2 flushes must not be mixed with flushed candidates."""
+    events, and a baseline without L2 flushes or launch cover must not be mixed with
+    candidates timed with them (the cover takes up to ~0.1 ms of host latency out of a
+    call's time)."""
     if device_type != "cuda":
         return "perf_counter"
-    return "cuda_events+l2flush+devsync" if flush_l2 else "cuda_events+devsync"
+    return "+".join(["cuda_events", *(["l2flush"] if flush_l2 else []),
+                     *(["cover"] if cover_ms > 0 else []), "devsync"])
 
 
 class TimingStats(BaseModel):
@@ -207,7 +219,7 @@ def time_callable(fn: Callable[..., Any], settings: TimingSettings | None = None
     for i in range(settings.warmup):
         fn(*args(-1 - i))
     n = settings.n_calls
-    timer = timer_for(device, settings.flush_l2)
+    timer = timer_for(device, settings.flush_l2, cover_ms=settings.launch_cover_ms)
     take_launch_ms(timer)
     samples = time_calls(fn, range(n), timer, args, on_output)
     if settings.discard_first:
@@ -268,21 +280,22 @@ def kept(settings: TimingSettings, r: int, samples: list[float]) -> list[float]:
     return samples[1:] if r == 0 and settings.discard_first else samples
 
 
-_TIMERS: dict[tuple[str, bool], "_CudaTimer"] = {}
+_TIMERS: dict[tuple[str, bool, float], "_CudaTimer"] = {}
 
 
-def timer_for(device: torch.device, flush_l2: bool = True,
-              spin_up_s: float = 0.01) -> "_CpuTimer | _CudaTimer":
+def timer_for(device: torch.device, flush_l2: bool = True, spin_up_s: float = 0.01,
+              cover_ms: float = 0.0) -> "_CpuTimer | _CudaTimer":
     """The process's timer for `device`: a CUDA timer (its flush buffer and calibration)
     is made once and reused by every round. Each use spins the GPU up again for
     `spin_up_s`, so a round that follows an idle wait (the other side's round, a file
     read) starts at the clocks the previous one ended at. 20 paired rounds spend 0.4 s of
-    each sample so (TimingSettings.round_spin_up_ms, both sides)."""
+    each sample so (TimingSettings.round_spin_up_ms, both sides). `cover_ms`: see
+    TimingSettings.launch_cover_ms."""
     if device.type != "cuda":
         return _CpuTimer()
-    key = (str(device), flush_l2)
+    key = (str(device), flush_l2, cover_ms)
     if key not in _TIMERS:
-        _TIMERS[key] = _CudaTimer(device, flush_l2)
+        _TIMERS[key] = _CudaTimer(device, flush_l2, cover_ms)
     elif spin_up_s > 0:
         _TIMERS[key]._spin_up(spin_up_s)
     return _TIMERS[key]
@@ -297,7 +310,7 @@ def round_timer(device: torch.device, settings: TimingSettings,
     of 3-20 ms spun 10 ms more per round and side regardless (0.4 s of each sample)."""
     spin_s = max(0.0, settings.round_spin_up_ms / 1e3 - busy_s)
     with spent("spin"):
-        return timer_for(device, settings.flush_l2, spin_s)
+        return timer_for(device, settings.flush_l2, spin_s, settings.launch_cover_ms)
 
 
 def device_wait_ms(device: torch.device) -> float | None:
@@ -363,8 +376,9 @@ class _CpuTimer:
 
 class _CudaTimer:
     _calibration: dict[int, tuple[float, float]] = {}
+    _cycles_per_ms: dict[int, float] = {}
 
-    def __init__(self, device: torch.device, flush_l2: bool):
+    def __init__(self, device: torch.device, flush_l2: bool, cover_ms: float = 0.0):
         if device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
         self.device = device
@@ -377,6 +391,7 @@ class _CudaTimer:
         self.launch_ms: list[float] = []  # host time of each call's launch (take_launch_ms)
         self._spin_up()
         self.latency = self._calibrate()
+        self.cover_cycles = round(cover_ms * self._sleep_rate()) if cover_ms > 0 else 0
 
     def _spin_up(self, seconds: float = 0.03) -> None:
         """Keep the GPU busy briefly so its clocks leave idle before anything is timed
@@ -416,6 +431,21 @@ class _CudaTimer:
                                       statistics.median(gaps or [0.0]))
         return self._calibration[idx]
 
+    def _sleep_rate(self) -> float:
+        """GPU clock cycles per millisecond of `torch.cuda._sleep` at the clocks just spun
+        up to (measured once per device: the SM clock is not a property torch reports)."""
+        idx = self.device.index
+        if idx not in self._cycles_per_ms:
+            cycles, rates = 1_000_000, []
+            for _ in range(3):
+                self.start.record()
+                torch.cuda._sleep(cycles)
+                self.end.record()
+                self.end.synchronize()
+                rates.append(cycles / max(self.start.elapsed_time(self.end), 1e-3))
+            self._cycles_per_ms[idx] = statistics.median(rates)
+        return self._cycles_per_ms[idx]
+
     def _wait_for_end(self) -> float | None:
         """Wait for the current stream's end event, then for the whole device; return
         the host milliseconds the device-wide wait took (long = other streams busy)."""
@@ -423,11 +453,18 @@ class _CudaTimer:
         return device_wait_ms(self.device)
 
     def _pre_queue(self) -> None:
-        """Put GPU work ahead of the start event so that the host's launch latency is not
-        counted: the flush when there is one, else a ~10 us spin."""
+        """Put GPU work ahead of the start event so that the host's path from recording it
+        to the call's first kernel is not timed: the flush when there is one, then the
+        launch cover. The flush alone (41-50 us on the H100) hid too little: the baseline
+        children's path took 0.05-0.25 ms and varied with the host, so single-kernel
+        KernelBench calls (reductions, elementwise, matmuls) timed at two speeds ~0.1 ms
+        apart, switching between rounds within a process (level1/53: 3.235 or 3.34 ms),
+        while the same calls launched at once always ran at the lower one."""
         if self.flush_buf is not None:
             self.flush_buf.zero_()
-        else:
+        if self.cover_cycles:
+            torch.cuda._sleep(self.cover_cycles)
+        elif self.flush_buf is None:
             torch.cuda._sleep(20_000)
 
     def time_one(self, fn, call_args):

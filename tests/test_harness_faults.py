@@ -134,3 +134,23 @@ def test_harness_exception_retried_then_eval_error(kb_folder, tmp_path, build_ca
     (faults / "judge_exception").write_text("once")  # a passing fault: the retry judges
     records = list(evaluate(pairs, config(tmp_path, build_cache_dir)))
     assert [r.status for r in records] == ["correct"] and records[0].retried
+
+
+def test_setup_out_of_memory_is_not_the_candidates(kb_folder, tmp_path, build_cache_dir,
+                                                    monkeypatch):
+    """A child out of device memory in its setup (before the candidate's code) on both
+    tries, while the reference copy then sets up fine: memory was short then, not now. The
+    candidate gets one more try in that room and its true verdict; out of memory in every
+    setup (the control's too) is the evaluator's."""
+    faults = tmp_path / "faults"
+    faults.mkdir()
+    (faults / "setup_oom").write_text("2")  # the first try and the retry
+    monkeypatch.setenv(VAR, str(faults))
+    records = list(evaluate(copies(kb_folder, "19"), config(tmp_path, build_cache_dir)))
+    assert not (faults / "setup_oom").exists(), "the fault did not fire twice"
+    assert [r.status for r in records] == ["correct"], records[0].error
+    assert "OutOfMemoryError" in records[0].retried
+
+    (faults / "setup_oom").write_text("always")
+    records = list(evaluate(copies(kb_folder, "19"), config(tmp_path, build_cache_dir)))
+    assert [r.status for r in records] == ["eval_error"], records[0].error

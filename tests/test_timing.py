@@ -63,17 +63,25 @@ def test_launch_share_is_the_hosts_part_of_a_call_capped_at_one():
 
 
 def test_files_from_before_the_spin_up_setting_keep_their_settings():
-    """A baseline file written before `round_spin_up_ms` existed reads back with the
-    behaviour it was timed with (10 ms), so `--resume` continues it instead of calling
-    its settings different; a run that changes it says so in its settings."""
+    """A baseline file written before `round_spin_up_ms` or `launch_cover_ms` existed
+    reads back with the behaviour it was timed with (10 ms, no cover), so `--resume`
+    continues it instead of calling its settings different; a run that changes it says
+    so in its settings."""
     old = TimingSettings(round_spin_up_ms=10.0).model_dump()
     del old["round_spin_up_ms"]
     assert TimingSettings.model_validate(old) == TimingSettings(round_spin_up_ms=10.0)
     assert TimingSettings.model_validate(old) != TimingSettings()  # the default is 2 ms now
-    assert TimingSettings(trials=7).round_spin_up_ms == 2.0  # made in code: the default
+    older = TimingSettings(launch_cover_ms=0).model_dump()
+    del older["launch_cover_ms"]
+    assert TimingSettings.model_validate(older).launch_cover_ms == 0
+    # made in code, naming a few fields (the method among them): the defaults
+    made = TimingSettings(trials=7, method="cuda_events+l2flush+cover+devsync")
+    assert made.round_spin_up_ms == 2.0 and made.launch_cover_ms == 0.25
     assert TimingSettings(round_spin_up_ms=0) != TimingSettings()
     with pytest.raises(ValueError):
         TimingSettings(round_spin_up_ms=-1)
+    with pytest.raises(ValueError):
+        TimingSettings(launch_cover_ms=-0.1)
 
 
 def test_budgeted_calls_by_hand():

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -45,6 +46,26 @@ def test_side_stream_work_is_timed_at_its_true_cost():
     end.record()
     torch.cuda.synchronize()
     assert start.elapsed_time(end) < 0.5 * main
+
+
+def test_the_host_path_to_a_calls_first_kernel_is_not_timed():
+    """A call that spends 0.15 ms of host time before its one kernel (a Python layer, a
+    slow host) times as its kernel with the launch cover, and ~0.1 ms more without it
+    (the flush hides ~0.05 ms): the host's pace no longer moves the figure."""
+    x = torch.randn(1 << 26, device="cuda")  # 256 MB: a ~0.2 ms memory-bound kernel
+
+    def slow_host():
+        t_end = time.perf_counter() + 150e-6
+        while time.perf_counter() < t_end:
+            pass
+        return x.mul(2)
+
+    covered = time_callable(slow_host, SETTINGS, "cuda").median
+    prompt = time_callable(lambda: x.mul(2), SETTINGS, "cuda").median
+    bare = time_callable(slow_host, SETTINGS.model_copy(update={"launch_cover_ms": 0}),
+                         "cuda").median
+    assert covered == pytest.approx(prompt, abs=0.01), (covered, prompt)
+    assert bare > prompt + 0.05, (bare, prompt)
 
 
 def test_a_stopped_process_kernels_keep_the_gpu_busy_until_they_end():

@@ -84,8 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     trials = args.trials or (d.trials if device == "cuda" else d.cpu_trials)
     warmup = args.warmup if args.warmup is not None else (
         d.warmup if device == "cuda" else d.cpu_warmup)
-    timing = TimingSettings(warmup=warmup, trials=trials, flush_l2=not args.no_l2_flush,
-                            method=method_for(device, not args.no_l2_flush))
+    timing = TimingSettings(warmup=warmup, trials=trials, flush_l2=not args.no_l2_flush)
+    timing.method = method_for(device, timing.flush_l2, timing.launch_cover_ms)
     job = BaselineJob(problems=problems, precision=args.precision,
                       mode=baseline_mode_of(args, d.cache_dir),
                       timing=timing, results_dir=Path(args.results_dir).expanduser(),

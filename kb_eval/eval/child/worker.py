@@ -36,6 +36,7 @@ import torch.utils.cpp_extension  # noqa: F401
 
 from kb_eval import clocks
 from kb_eval.devlock import DeviceLock
+from kb_eval.faults import inject_fault
 from kb_eval.eval.wire import device as device_wire, outputs
 from kb_eval.eval.child.calls import TimedCalls, Watch, round_ends
 from kb_eval.eval.child.observe import OutputTypeError, aliased_inputs, observe, output_tensors
@@ -127,6 +128,7 @@ def run_candidate(payload: dict, workdir: Path) -> dict:
     mark(workdir, "wait")  # queued behind a timing step: not charged to this child
     lock.acquire("shared")
     mark(workdir, "setup")
+    inject_fault("setup_oom", torch.OutOfMemoryError)
     if payload.get("paired"):  # who the parent stops while it times the reference
         (Path(payload["paired"]["dir"]) / "pid").write_text(str(os.getpid()))
     use_build_dirs(payload)

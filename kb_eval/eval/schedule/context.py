@@ -62,7 +62,7 @@ class EvalContext:
                             f"(use --backend cpp on a CPU machine)")
         hardware = HardwareInfo.detect("cuda" if kind == "cuda" else "cpu")
         # The method names the clock actually used (a CPU run is not timed with CUDA events).
-        method = method_for(kind, config.timing.flush_l2)
+        method = method_for(kind, config.timing.flush_l2, config.timing.launch_cover_ms)
         if config.timing.method != method:
             config = config.model_copy(update={
                 "timing": config.timing.model_copy(update={"method": method})})

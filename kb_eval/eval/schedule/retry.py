@@ -47,7 +47,8 @@ def _evaluate_planned(ctx: EvalContext, refs: ReferenceStore, task: SampleTask,
     why = harness_suspect(record)
     if why is None:
         return record
-    if record.status == "oom":  # the harness gives back all it can, then the candidate
+    if record.status == "oom" or _setup_oom(record):
+        # the harness gives back all it can, then the candidate
         plan = refs.plan(task.problem, device, ctx.baseline_peak(task.problem), drop=True)
     task.laps.restart()
     retry = evaluate_once(ctx, refs, task, device)
@@ -55,6 +56,14 @@ def _evaluate_planned(ctx: EvalContext, refs: ReferenceStore, task: SampleTask,
     if harness_suspect(retry) is None or retry.status == "oom":
         return finish(retry, task)  # the candidate's own verdict
     if _setup_failure(retry) and _control_sets_up(ctx, refs, task, device):
+        if _setup_oom(retry):
+            # Device memory is shared with the server and the neighbours: short when the
+            # candidate set up, enough when the control did just now (the H100's level-1
+            # sweep: a reference copy of level1/97 out of memory in setup on both tries
+            # while the server held 71 GiB, then judged correct alone). One more try in
+            # the room the control found; failing setup again there is the candidate's.
+            retry = evaluate_once(ctx, refs, task, device)
+            retry.retried = why
         return finish(retry, task)  # the reference copy got past setup: the candidate's
     detail = retry.detail
     retry = unjudged(ctx, task, "eval_error",
@@ -65,6 +74,12 @@ def _evaluate_planned(ctx: EvalContext, refs: ReferenceStore, task: SampleTask,
 
 def _setup_failure(record: SampleRecord) -> bool:
     return record.crash is not None and record.crash.phase == "setup"
+
+
+def _setup_oom(record: SampleRecord) -> bool:
+    """Out of device memory before the candidate's code loaded (the child says so: the
+    control decides whether to believe it)."""
+    return _setup_failure(record) and "OutOfMemoryError" in (record.error or "")
 
 
 def _control_sets_up(ctx: EvalContext, refs: ReferenceStore, task: SampleTask,
