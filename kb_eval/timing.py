@@ -2,8 +2,9 @@
 
 CUDA: each call is bracketed by CUDA events after the L2 cache is flushed (a buffer twice
 the device's L2 is zeroed), so every call starts cold, as the first call of a real model
-step would. The flush is queued right before the start event, so the host's launch
-latency is hidden behind it rather than counted. Work that a callable leaves on other
+step would. The flush and a short GPU spin (the launch cover) are queued right before the
+start event, so the host's path to the call's first kernel is hidden behind them rather
+than counted: it is the host's speed, which varies between processes and passes. Work that a callable leaves on other
 streams is counted: after the current stream's end event we wait for the whole device; if
 that wait blocks longer than an idle device's (calibrated once per process), the call's
 time runs up to the device going idle.
