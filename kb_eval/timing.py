@@ -4,10 +4,10 @@ CUDA: each call is bracketed by CUDA events after the L2 cache is flushed (a buf
 the device's L2 is zeroed), so every call starts cold, as the first call of a real model
 step would. The flush and a short GPU spin (the launch cover) are queued right before the
 start event, so the host's path to the call's first kernel is hidden behind them rather
-than counted: it is the host's speed, which varies between processes and passes. Work that a callable leaves on other
-streams is counted: after the current stream's end event we wait for the whole device; if
-that wait blocks longer than an idle device's (calibrated once per process), the call's
-time runs up to the device going idle.
+than counted: that is the host's speed, which varies between processes and passes. Work
+that a callable leaves on other streams is counted: after the current stream's end event
+we wait for the whole device; if that wait blocks longer than an idle device's
+(calibrated once per process), the call's time runs up to the device going idle.
 CPU: the same API with a monotonic clock.
 Warmup calls first, then `trials` timed calls; the first timed call is discarded by
 default (allocator growth and lazy initialisation land there).
@@ -53,8 +53,9 @@ def spent(part: str):
         SPENT[part] += clocks.perf_counter() - started
 
 
-# What settings stored before these fields existed were timed with (TimingSettings._stored_before).
+# What settings stored before these fields existed were timed with (_stored_before).
 STORED_BEFORE = {"round_spin_up_ms": 10.0, "launch_cover_ms": 0.0}
+
 
 class TimingSettings(BaseModel):
     warmup: int = Field(5, ge=0, description="untimed calls before timing")

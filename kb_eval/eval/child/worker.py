@@ -36,7 +36,6 @@ import torch.utils.cpp_extension  # noqa: F401
 
 from kb_eval import clocks
 from kb_eval.devlock import DeviceLock
-from kb_eval.faults import inject_fault
 from kb_eval.eval.wire import device as device_wire, outputs
 from kb_eval.eval.child.calls import TimedCalls, Watch, round_ends
 from kb_eval.eval.child.observe import OutputTypeError, aliased_inputs, observe, output_tensors
@@ -45,6 +44,7 @@ from kb_eval.eval.wire.labels import PROBE_LABEL, label_name
 from kb_eval.eval.child.probes import (changed_inputs, changed_since, fingerprints, fresh_seed,
                                        into_buffers, probe_inputs, recheck_count, settled,
                                        sync, tensor_bytes)
+from kb_eval.faults import inject_fault
 from kb_eval.harness import INIT_SEED, inputs_for, load_problem, reference_model
 from kb_eval.inputs import build_model, copy_tree, make_inputs, precision_dtype
 from kb_eval.problems import load_module
