@@ -5,9 +5,10 @@
                         how many copies' speedups lie in [0.97, 1.03], how many intervals
                         hold 1.0, how many would count in fast_1_sig (lo > 1), by method.
   drift A.json B.json   two `python -m kb_eval.baseline --output` passes: |dmean|/mean
-                        and |dmedian|/median per problem, p50 / p90 / max, and the
-                        problems that moved most with their launch share and what the
-                        GPU did in each pass (SM clock before/after, slowdowns).
+                        and |dmedian|/median per problem, p50 / p90 / max, how many
+                        moved over 1 % and over 3 %, and the problems that moved most
+                        with their launch share and what the GPU did in each pass (SM
+                        clock before/after, slowdowns).
 """
 
 from __future__ import annotations
@@ -62,7 +63,9 @@ def drift(a: Path, b: Path, worst: int = 10) -> dict:
             out[stat] = {"p50_pct": round(float(np.percentile(d, 50)), 3),
                          "p90_pct": round(float(np.percentile(d, 90)), 3),
                          "max_pct": round(float(d.max()), 3),
-                         "worst": keys[int(d.argmax())]}
+                         "worst": keys[int(d.argmax())],
+                         # the targets' terms: at most a tenth over 1 %, none over 3 %
+                         "over_1_pct": int((d > 1).sum()), "over_3_pct": int((d > 3).sum())}
     moved = sorted(keys, key=lambda k: -abs(sa[k]["median"] - sb[k]["median"]) / sa[k]["median"])
     out["moved_most"] = {k: {"median_shift_pct": round(100 * abs(sa[k]["median"] - sb[k]["median"])
                                                        / sa[k]["median"], 2),
