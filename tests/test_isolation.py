@@ -65,3 +65,20 @@ def test_output_limit_counts_per_call(tmp_path):
         assert s.call({"n": 2_000_000}, timeout_s=60, output_limit_mb=1).status == "output_flood"
     finally:
         s.close()
+
+
+def test_a_spare_started_under_another_environment_is_not_used(tmp_path, monkeypatch):
+    """A spare child inherited this process's environment when it started: after that
+    environment changed (a test arming a fault, a variable set between runs), a task must
+    get a child that has the new one."""
+    from kb_eval.isolation import run_isolated
+
+    env = {"PYTHONPATH": TASKS}
+    target = "isolation_tasks:env_var"
+    first = run_isolated(target, {"var": "KB_EVAL_TEST_MARK"}, workdir=tmp_path / "a", timeout_s=60, env=env,
+                         prewarm=True)  # leaves spares behind for this environment
+    monkeypatch.setenv("KB_EVAL_TEST_MARK", "new")
+    second = run_isolated(target, {"var": "KB_EVAL_TEST_MARK"}, workdir=tmp_path / "b",
+                          timeout_s=60, env=env, prewarm=True)
+    assert first.ok and second.ok, (first.error, second.error)
+    assert first.result["var"] is None and second.result["var"] == "new"

@@ -20,17 +20,33 @@ class Spares:
 
     def __init__(self):
         self.lock = threading.Lock()
-        self.waiting: dict[str, list[Child]] = {}
+        # per task environment: (child, the whole environment it started with)
+        self.waiting: dict[str, list[tuple[Child, str]]] = {}
         self.dir = Path(os.environ.get("TMPDIR", "/tmp")) / f"kb_eval_spares_{os.getpid()}"
 
     def _key(self, env: dict | None, module: str) -> str:
         return json.dumps([env or {}, module], sort_keys=True)
 
+    @staticmethod
+    def _inherited() -> str:
+        return json.dumps(dict(os.environ), sort_keys=True)
+
     def take(self, env: dict | None, module: str) -> Child | None:
-        """The oldest spare for this environment, or None (none ready, or it died)."""
+        """The oldest spare for this environment, or None (none ready, or it died). A
+        spare inherited this process's environment when it started: one started before
+        that changed (a test arming a fault, a variable set between runs) is another
+        child, and is ended rather than used."""
+        now, stale, child = self._inherited(), [], None
         with self.lock:
             queue = self.waiting.get(self._key(env, module), [])
-            child = queue.pop(0) if queue else None
+            while queue:
+                spare, inherited = queue.pop(0)
+                if inherited == now:
+                    child = spare
+                    break
+                stale.append(spare)
+        for spare in stale:
+            spare.kill_all()
         if child is not None and child.proc.poll() is not None:
             child.kill_all()
             return None
@@ -38,18 +54,18 @@ class Spares:
 
     def refill(self, env: dict | None, module: str, depth: int) -> None:
         """Start spares until `depth` wait for this environment."""
-        key = self._key(env, module)
+        key, inherited = self._key(env, module), self._inherited()
         with self.lock:
             queue = self.waiting.setdefault(key, [])
             self.dir.mkdir(parents=True, exist_ok=True)
             while len(queue) < depth:
                 log = self.dir / f"spare_{time.monotonic_ns()}.log"
-                queue.append(Child.start(env, log, module))
+                queue.append((Child.start(env, log, module), inherited))
 
     def close(self) -> None:
         """Kill every waiting spare and remove their scratch logs (at exit)."""
         with self.lock:
-            children = [c for queue in self.waiting.values() for c in queue]
+            children = [c for queue in self.waiting.values() for c, _ in queue]
             self.waiting = {}
         for child in children:
             child.kill_all()

@@ -26,3 +26,7 @@ def fail(payload, workdir):
 def talk(payload, workdir):
     print("x" * payload["n"], flush=True)
     return {}
+
+
+def env_var(payload, workdir):
+    return {"var": os.environ.get(payload["var"])}
