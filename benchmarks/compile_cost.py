@@ -3,10 +3,11 @@
     python benchmarks/compile_cost.py            # CUDA candidate (main.cpp + cuda.cu)
     python benchmarks/compile_cost.py --cpp      # C++-only candidate (main.cpp)
 
-Builds the candidate once through kb_eval's compiler front (kb_eval/eval/schedule/pch.py), which
-also makes the precompiled torch/extension.h, then re-runs each compile command from the
-build's ninja file by itself: main.cpp with and without the precompiled header, and the
-CUDA file (nvcc, which a precompiled header cannot help). Prints seconds per command.
+Builds the candidate once through kb_eval's compiler fronts (kb_eval/eval/schedule/pch.py,
+which also makes the precompiled torch/extension.h, and nvcc_front.py), then re-runs each
+compile command from the build's ninja file by itself: main.cpp with and without the
+precompiled header, and the CUDA file (nvcc, which has no precompiled headers) with the
+slim torch/extension.h and with the real one. Prints seconds per command.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kb_eval.eval.schedule import pch  # noqa: E402
+from kb_eval.eval.schedule import nvcc_front, pch  # noqa: E402
 
 DECL = "torch::Tensor run(torch::Tensor x);"
 CUDA = r'''
@@ -54,6 +55,9 @@ def main() -> int:
     args = p.parse_args()
     root = Path(tempfile.mkdtemp(prefix="kb_compile_cost_"))
     front = pch.install(root / "pch", os.environ.get("CXX", "c++"))
+    nvcc = nvcc_front.real_nvcc()
+    if nvcc:
+        front.update(nvcc_front.install(root / "nvcc", nvcc))
     os.environ.update(front, TORCH_EXTENSIONS_DIR=str(root / "ext"))
     from torch.utils.cpp_extension import load_inline
 
@@ -74,6 +78,10 @@ def main() -> int:
             plain = cmd.replace(front["CXX"], front["KB_PCH_CXX"], 1)
             print(f"{target} with the precompiled header: {timed(cmd, build):.1f} s; "
                   f"without: {timed(plain, build):.1f} s")
+        elif "PYTORCH_NVCC" in front and front["PYTORCH_NVCC"] in cmd:
+            plain = cmd.replace(front["PYTORCH_NVCC"], front["KB_NVCC_REAL"], 1)
+            print(f"{target} with the slim torch/extension.h: {timed(cmd, build):.1f} s; "
+                  f"with the real one: {timed(plain, build):.1f} s")
         else:
             print(f"{target} ({words[0].rsplit('/', 1)[-1]}): {timed(cmd, build):.1f} s")
     return 0

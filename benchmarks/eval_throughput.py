@@ -292,6 +292,9 @@ def summarize(label: str, records: list, config: EvalConfig, devices: int, t0: f
     if builds:
         print(f"  build child seconds: median {statistics.median(builds):.1f}, "
               f"max {max(builds):.1f}, sum {sum(builds):.0f}")
+    headers = Counter(r.build.cuda_header for r in records if r.build and r.build.cuda_header)
+    if headers:  # kb_eval/eval/schedule/nvcc_front.py
+        print(f"  CUDA files' torch/extension.h: {dict(headers)}")
     ahead = [r.build.first_call_s for r in records if r.build and r.build.first_call_s]
     if ahead:  # lazy compiles run in the build pool (kb_eval/eval/schedule/first_call.py)
         print(f"  lazy compiles run ahead: {len(ahead)}, median "
@@ -387,6 +390,9 @@ def main() -> int:
                    help="problems of --corpus (default: ../shared/kernelbench)")
     p.add_argument("--no-pch", action="store_true", help="compile without the precompiled "
                    "torch/extension.h (kb_eval/eval/schedule/pch.py), to measure what it saves")
+    p.add_argument("--full-cuda-header", action="store_true", help="compile CUDA files "
+                   "against the real torch/extension.h only (kb_eval/eval/schedule/"
+                   "nvcc_front.py), to measure what the slim one saves")
     p.add_argument("--warm-only", action="store_true", help="keep --workdir's build cache "
                    "from an earlier run and time only the warm pass (e.g. again with "
                    "another --lane-depth, to compare verdicts and speedups)")
@@ -444,7 +450,8 @@ def main() -> int:
                                               round_untimed=not args.no_round_untimed,
                                               budget_ms=args.timing_budget_ms),
                         cache_dir=root / "cache", results_dir=root / "results",
-                        pch=not args.no_pch, lane_depth=args.lane_depth,
+                        pch=not args.no_pch, slim_cuda_header=not args.full_cuda_header,
+                        lane_depth=args.lane_depth,
                         load_budget_s=args.load_budget, call_budget_s=args.call_budget,
                         **executor)
     devices = ray_devices(gpu) if executor else torch.cuda.device_count() if gpu else 1

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kb_eval.eval.judge.crashes import crash_info, status_of
-from kb_eval.eval.schedule import pch
+from kb_eval.eval.schedule import nvcc_front, pch
 # call_on_meta is named here so that its children are the build's spares (same module).
 from kb_eval.eval.schedule.first_call import call_on_meta, compiles_lazily  # noqa: F401
 from kb_eval.isolation import BUILD_POLL_S, ChildOutcome, run_isolated
@@ -63,7 +63,7 @@ _OUR_FAULTS = (
     (r"internal compiler error", "the compiler crashed"),
     (r"build stopped: interrupted", "the build was interrupted"),
     (r"ninja: error: loading", "a build file of ours is missing"),
-    (r"eval/schedule/pch\.py", "the compiler front failed"),
+    (r"eval/schedule/(pch|nvcc_front)\.py", "the compiler front failed"),
 )
 
 
@@ -110,10 +110,16 @@ def clear_old_batons(cache_dir: Path, build_timeout_s: float, run_timeout_s: flo
     return started
 
 
+def front_name(compiler_env: dict[str, str]) -> str:
+    """The compiler fronts that build children see (pch.py as CXX, nvcc_front.py as
+    PYTORCH_NVCC): part of the toolchain, since they are in the builds' ninja commands."""
+    return "|".join(filter(None, (compiler_env.get("CXX"), compiler_env.get("PYTORCH_NVCC"))))
+
+
 @functools.lru_cache(maxsize=8)
 def toolchain_fingerprint(arch_list: str = "", cxx: str | None = None, front: str = "") -> str:
     """What, besides the source, decides the bytes of a build (and its ninja commands:
-    `front` names the compiler front, see pch.py, that children see as CXX)."""
+    `front` names the compiler fronts: front_name)."""
     import torch
 
     cxx = cxx or os.environ.get("CXX", "c++")
@@ -216,7 +222,15 @@ def build_candidate(payload: dict, workdir: Path) -> dict:
     if not isinstance(getattr(module, "ModelNew", None), type):
         return {"status": "compile_error", "error": "the source defines no class ModelNew",
                 "seconds": time.monotonic() - t0}
-    return {"status": "ok", "seconds": time.monotonic() - t0}
+    return {"status": "ok", "seconds": time.monotonic() - t0,
+            "cuda_header": cuda_header(Path(payload["extensions_dir"]))}
+
+
+def cuda_header(extensions_dir: Path) -> str | None:
+    """Which torch/extension.h the build's CUDA files were compiled with (nvcc_front.py's
+    notes beside their objects): "slim", "full", "slim+full", or None (no CUDA file)."""
+    kinds = {p.read_text().strip() for p in extensions_dir.rglob("*" + nvcc_front.MARKER_SUFFIX)}
+    return "+".join(sorted(kinds, reverse=True)) or None
 
 
 # ------------------------------------------------------------------ parent side
@@ -372,7 +386,8 @@ class Builder:
         if data.get("status") == "compile_error" and not self._blames_candidate(data):
             (ext_dir / MARKER).unlink(missing_ok=True)  # an older version's, for a fault
             return None                                  # of ours: build again
-        info = BuildInfo(cache_key=key, cache_hit=True, status=data["status"], seconds=0.0)
+        info = BuildInfo(cache_key=key, cache_hit=True, status=data["status"], seconds=0.0,
+                         cuda_header=data.get("cuda_header"))
         return BuildOutcome(info, str(ext_dir), error=data.get("error"), detail=data.get("detail"))
 
     def _blames_candidate(self, r: dict) -> bool:
@@ -387,7 +402,7 @@ class Builder:
         if out.ok:
             r = out.result or {}
             info = BuildInfo(cache_key=key, status=r.get("status", "ok"),
-                             seconds=round(out.wall_s, 3))
+                             seconds=round(out.wall_s, 3), cuda_header=r.get("cuda_header"))
             if info.status == "ok" or (info.status == "compile_error"
                                        and self._blames_candidate(r)):
                 write_json_atomic(ext_dir / MARKER, {**r, "built_s": out.wall_s})

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kb_eval.errors import UserError
-from kb_eval.eval.schedule import pch
-from kb_eval.eval.schedule.build import is_gcc, toolchain_fingerprint
+from kb_eval.eval.schedule import nvcc_front, pch
+from kb_eval.eval.schedule.build import front_name, is_gcc, toolchain_fingerprint
 from kb_eval.eval.config import EvalConfig
 from kb_eval.inputs import derive_seed
 from kb_eval.eval.schedule import pinning
@@ -39,7 +39,7 @@ class EvalContext:
     arch_list: str
     fingerprint: str
     invocation_dir: Path
-    compiler_env: dict[str, str] = field(default_factory=dict)  # CXX: the pch front
+    compiler_env: dict[str, str] = field(default_factory=dict)  # CXX, PYTORCH_NVCC: fronts
     # The baseline file last read, for messages and the run file (one source per run).
     baseline: BaselineFile | None = None
     baseline_file: Path | None = None
@@ -72,7 +72,7 @@ class EvalContext:
         compiler_env = compiler_front(config)
         ctx = cls(config=config, hardware=hardware, backend=backend, device_kind=kind,
                   devices=devices, arch_list=arch,
-                  fingerprint=toolchain_fingerprint(arch, front=compiler_env.get("CXX", "")),
+                  fingerprint=toolchain_fingerprint(arch, front=front_name(compiler_env)),
                   invocation_dir=scratch_root(config) / "runs" / stamp,
                   compiler_env=compiler_env)
         return ctx
@@ -204,11 +204,16 @@ def is_cpu(device: str) -> bool:
 
 
 def compiler_front(config: EvalConfig) -> dict[str, str]:
-    """The environment that makes build children compile through pch.py (GCC only)."""
+    """The environment that makes build children compile C++ through pch.py (GCC only)
+    and CUDA through nvcc_front.py (when torch finds nvcc)."""
+    env = {}
     real = os.environ.get("CXX", "c++")
-    if not config.pch or not is_gcc(real):
-        return {}
-    return pch.install(Path(config.cache_dir) / "pch", real)
+    if config.pch and is_gcc(real):
+        env.update(pch.install(Path(config.cache_dir) / "pch", real))
+    nvcc = nvcc_front.real_nvcc() if config.slim_cuda_header else None
+    if nvcc:
+        env.update(nvcc_front.install(Path(config.cache_dir) / "nvcc", nvcc))
+    return env
 
 
 def visible_gpus(requested: list[str] | None) -> list[str]:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kb_eval.eval.judge.references import ReferenceStore
-from kb_eval.eval.schedule.build import BuildOutcome, Builder, toolchain_fingerprint
+from kb_eval.eval.schedule.build import BuildOutcome, Builder, front_name, toolchain_fingerprint
 from kb_eval.eval.schedule.context import EvalContext
 from kb_eval.eval.schedule.lane import clean_up, evaluate_guarded
 from kb_eval.eval.schedule.reaper import sweep_escapees
@@ -180,7 +180,7 @@ def node_mismatch(spec: dict, ctx: EvalContext) -> str | None:
     import ray
 
     node = ray.util.get_node_ip_address()
-    fingerprint = toolchain_fingerprint(ctx.arch_list, front=ctx.compiler_env.get("CXX", ""))
+    fingerprint = toolchain_fingerprint(ctx.arch_list, front=front_name(ctx.compiler_env))
     if fingerprint != spec["fingerprint"]:
         return (f"node {node}'s toolchain differs from the driver's ({fingerprint} vs "
                 f"{spec['fingerprint']}): give every node the same image")

@@ -1,0 +1,166 @@
+"""The CUDA compiler front (kb_eval/eval/schedule/nvcc_front.py) with the real nvcc: a .cu
+that includes torch/extension.h compiles against the slim header when it can, against the
+real one when it needs more, and a source that is wrong fails with the real compile's own
+diagnostics. A tiny stand-in include tree keeps each compile at a second or two (torch's
+own headers take a minute on this CPU); the GPU tests build real candidates through it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from kb_eval.eval.schedule import nvcc_front
+
+NVCC = shutil.which("nvcc")
+pytestmark = pytest.mark.skipif(NVCC is None, reason="no nvcc on PATH")
+
+# Stand-ins: types.h has the tensor API, extension.h adds what only the full header has.
+TYPES_H = "#pragma once\nnamespace torch { inline int twice(int x) { return 2 * x; } }\n"
+EXTENSION_H = ("#pragma once\n#include <torch/types.h>\n"
+               "namespace torch { namespace nn { inline int relu(int x) { return x > 0 ? x : 0; } } }\n")
+KERNEL = "__global__ void k(int* p) { p[0] = 1; }\n"
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    (tmp_path / "inc" / "torch").mkdir(parents=True)
+    (tmp_path / "inc" / "torch" / "types.h").write_text(TYPES_H)
+    (tmp_path / "inc" / "torch" / "extension.h").write_text(EXTENSION_H)
+    return tmp_path
+
+
+def compile_through_front(tree: Path, body: str, **env: str) -> tuple[subprocess.CompletedProcess, Path]:
+    front = nvcc_front.install(tree / "front", NVCC)
+    source, obj = tree / "cuda.cu", tree / "cuda.o"
+    source.write_text(body)
+    obj.unlink(missing_ok=True)
+    done = subprocess.run([front["PYTORCH_NVCC"], "-isystem", str(tree / "inc"), "-c",
+                           str(source), "-o", str(obj)], capture_output=True, text=True,
+                          env={**os.environ, **front, **env}, timeout=300)
+    return done, obj
+
+
+def header_used(obj: Path) -> str | None:
+    marker = Path(str(obj) + nvcc_front.MARKER_SUFFIX)
+    return marker.read_text() if marker.exists() else None
+
+
+def test_a_source_that_needs_only_the_tensor_api_compiles_against_the_slim_header(tree):
+    done, obj = compile_through_front(
+        tree, "#include <torch/extension.h>\n" + KERNEL + "int f() { return torch::twice(2); }\n")
+    assert done.returncode == 0, done.stderr
+    assert obj.is_file() and header_used(obj) == "slim"
+
+
+def test_a_source_that_needs_the_full_header_is_compiled_with_it(tree):
+    done, obj = compile_through_front(
+        tree, "#include <torch/extension.h>\n" + KERNEL + "int f() { return torch::nn::relu(-1); }\n")
+    assert done.returncode == 0, done.stderr
+    assert obj.is_file() and header_used(obj) == "full"
+    assert "relu" not in done.stderr  # the slim try's complaint is not shown
+
+
+def test_a_wrong_source_fails_with_the_real_compiles_diagnostics_only(tree):
+    done, obj = compile_through_front(
+        tree, "#include <torch/extension.h>\n" + KERNEL + "int f() { return undeclared_name; }\n")
+    assert done.returncode != 0 and not obj.exists() and header_used(obj) is None
+    assert done.stderr.count("error detected") == 1, done.stderr  # one compile's, not two
+    assert str(tree / "front") not in done.stderr + done.stdout
+
+
+def test_the_bypass_and_sources_without_the_header_get_the_real_compile(tree):
+    done, obj = compile_through_front(tree, "#include <torch/extension.h>\n" + KERNEL +
+                                      "int f() { return torch::twice(2); }\n",
+                                      KB_PCH_BYPASS="1")
+    assert done.returncode == 0, done.stderr
+    assert header_used(obj) == "full"
+    done, obj = compile_through_front(tree, "#include <torch/types.h>\n" + KERNEL)
+    assert done.returncode == 0, done.stderr
+    assert header_used(obj) == "full"
+
+
+def test_other_calls_pass_through_unchanged(tree):
+    front = nvcc_front.install(tree / "front", NVCC)
+    done = subprocess.run([front["PYTORCH_NVCC"], "--version"], capture_output=True, text=True,
+                          env={**os.environ, **front}, timeout=60)
+    real = subprocess.run([NVCC, "--version"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout == real.stdout
+
+
+def test_install_rewrites_nothing_that_is_unchanged(tree):
+    """ninja compares dates: a slim header rewritten by every run would rebuild every
+    cached extension when its run child loads it."""
+    nvcc_front.install(tree / "front", NVCC)
+    slim = tree / "front" / "slim" / "torch" / "extension.h"
+    before = slim.stat().st_mtime_ns
+    os.utime(slim, ns=(before - 10**9, before - 10**9))
+    nvcc_front.install(tree / "front", sys.executable)
+    assert slim.stat().st_mtime_ns == before - 10**9
+
+
+# ------------------------------------------------------------------ GPU: real torch headers
+TWICE = r"""
+#include <torch/extension.h>
+__global__ void twice_kernel(const float* x, float* out, int n) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        out[i] = x[i] + x[i];
+}
+torch::Tensor twice(torch::Tensor x) {
+    auto out = torch::empty_like(x);
+    twice_kernel<<<64, 128>>>(x.data_ptr<float>(), out.data_ptr<float>(), (int)x.numel());
+    return %s;
+}
+"""
+CANDIDATE = '''
+import torch
+from torch.utils.cpp_extension import load_inline
+ext = load_inline("%s", cpp_sources="torch::Tensor twice(torch::Tensor x);",
+                  cuda_sources=r"""%s""", functions=["twice"])
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        return ext.twice(x)
+'''
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("name,result,header", [
+    ("kb_front_slim", "out", "slim"),
+    # torch::nn::functional is only in the full header: the slim try fails, the real one builds
+    ("kb_front_full", "torch::nn::functional::relu(out)", "full")])
+def test_a_real_candidate_builds_loads_and_computes(tmp_path, monkeypatch, name, result, header):
+    from kb_eval.eval.schedule.build import Builder, front_name, toolchain_fingerprint
+    from kb_eval.problems import load_module
+
+    env = nvcc_front.install(tmp_path / "nvcc", nvcc_front.real_nvcc())
+    builder = Builder(tmp_path / "builds", toolchain_fingerprint("", front=front_name(env)), env,
+                      timeout_s=600, mem_limit_mb=None)
+    source = CANDIDATE % (name, TWICE % result)
+    outcome = builder.build(source, tmp_path / "work")
+    assert outcome.info.status == "ok", (outcome.error, outcome.detail)
+    assert outcome.info.cuda_header == header
+    # The run child's import finds the build up to date: no compile (seconds, not a minute)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", outcome.extensions_dir)
+    started = time.monotonic()
+    module = load_module(source, name)
+    assert time.monotonic() - started < 15
+    x = torch.randn(1000, device="cuda")
+    assert torch.equal(module.ModelNew()(x), (2 * x).relu() if header == "full" else 2 * x)
+
+
+
+def test_a_crash_of_the_front_is_ours_not_the_candidates():
+    from kb_eval.eval.schedule.build import toolchain_fault
+
+    text = ('Traceback (most recent call last):\n  File "/x/kb_eval/eval/schedule/nvcc_front.py"'
+            ', line 90, in main\nKeyError: \'KB_NVCC_REAL\'\nninja: build stopped')
+    assert "the compiler front failed" in (toolchain_fault(text, []) or "")
