@@ -164,3 +164,12 @@ def test_a_crash_of_the_front_is_ours_not_the_candidates():
     text = ('Traceback (most recent call last):\n  File "/x/kb_eval/eval/schedule/nvcc_front.py"'
             ', line 90, in main\nKeyError: \'KB_NVCC_REAL\'\nninja: build stopped')
     assert "the compiler front failed" in (toolchain_fault(text, []) or "")
+
+
+def test_a_run_inside_a_build_child_wraps_the_real_nvcc_not_the_front(tree, monkeypatch):
+    front = nvcc_front.install(tree / "front", NVCC)
+    for key, value in front.items():
+        monkeypatch.setenv(key, value)
+    assert nvcc_front.real_nvcc() == NVCC
+    monkeypatch.setenv("PYTORCH_NVCC", "ccache " + NVCC)
+    assert nvcc_front.real_nvcc() == "ccache " + NVCC
