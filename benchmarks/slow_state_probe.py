@@ -68,27 +68,27 @@ def timed_median(timer, a: torch.Tensor, calls: int) -> float:
     return statistics.median(timer.time_one(call, (a,))[0] for _ in range(calls))
 
 
+def fill(device: torch.device, elements: int) -> list[torch.Tensor]:
+    """float32 blocks of `elements` each until the device has no room for another."""
+    blocks = []
+    try:
+        while True:
+            blocks.append(torch.empty(elements, device=device))
+    except torch.OutOfMemoryError:
+        return blocks
+
+
 def churn(timer, device: torch.device, calls: int) -> None:
     a = torch.rand(SHAPE, device=device)
     for _ in range(3):
         call(a)
     print(f"fresh process: median {timed_median(timer, a, calls):.4f} ms", flush=True)
     for round_ in range(3):
-        blocks = []
-        try:
-            while True:
-                blocks.append(torch.empty(1 << 28, device=device))  # 1 GiB
-        except torch.OutOfMemoryError:
-            pass
+        blocks = fill(device, 1 << 28)  # 1 GiB each
         n = len(blocks)
         del blocks[::2]
         torch.cuda.empty_cache()
-        more = []
-        try:
-            while True:
-                more.append(torch.empty(3 << 27, device=device))  # 1.5 GiB
-        except torch.OutOfMemoryError:
-            pass
+        more = fill(device, 3 << 27)  # 1.5 GiB each
         del blocks, more
         torch.cuda.empty_cache()
         print(f"after churn {round_} ({n} GiB taken, half freed, refilled, all freed): median "
