@@ -173,3 +173,9 @@ def test_a_run_inside_a_build_child_wraps_the_real_nvcc_not_the_front(tree, monk
     assert nvcc_front.real_nvcc() == NVCC
     monkeypatch.setenv("PYTORCH_NVCC", "ccache " + NVCC)
     assert nvcc_front.real_nvcc() == "ccache " + NVCC
+
+
+def test_both_fronts_obey_the_same_bypass():
+    from kb_eval.eval.schedule import pch
+
+    assert nvcc_front.BYPASS_VAR == pch.BYPASS_VAR

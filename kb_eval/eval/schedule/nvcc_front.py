@@ -36,7 +36,7 @@ SLIM = "#pragma once\n// kb_eval's slim header (kb_eval/eval/schedule/nvcc_front
        "#include <torch/types.h>\n"
 SHIMMED = ("torch/extension.h", "torch/torch.h")
 MARKER_SUFFIX = ".kb-header"
-BYPASS_VAR = "KB_PCH_BYPASS"  # the builder's retry without anything of ours (pch.py)
+BYPASS_VAR = "KB_PCH_BYPASS"  # pch.BYPASS_VAR (not imported: a script imports nothing of ours)
 _INCLUDES = re.compile(r'^\s*#\s*include\s*[<"]torch/(extension|torch)\.h[>"]', re.MULTILINE)
 
 
@@ -45,11 +45,12 @@ def install(folder: Path, real_nvcc: str) -> dict[str, str]:
     that selects them (torch's cpp_extension runs `PYTORCH_NVCC` for CUDA files). Files
     are rewritten only when they differ: a slim header's new date would make ninja
     compile every cached build again when the run child loads it."""
+    from kb_eval.eval.schedule.pch import front_script, write_if_changed  # the parent's
+
     script = folder / "bin" / "kb-nvcc"
-    _write_if_changed(script, f'#!/bin/sh\nexec "{sys.executable}" '
-                              f'"{Path(__file__).resolve()}" "$@"\n', mode=0o755)
+    write_if_changed(script, front_script(__file__), mode=0o755)
     for header in SHIMMED:
-        _write_if_changed(folder / "slim" / header, SLIM)
+        write_if_changed(folder / "slim" / header, SLIM)
     return {"PYTORCH_NVCC": str(script), "KB_NVCC_REAL": real_nvcc,
             "KB_NVCC_SLIM": str(folder / "slim")}
 
@@ -71,23 +72,12 @@ def real_nvcc() -> str | None:
     return nvcc if nvcc and shutil.which(nvcc) else None
 
 
-def _write_if_changed(path: Path, text: str, mode: int = 0o644) -> None:
-    if path.is_file() and path.read_text() == text:
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}")
-    tmp.write_text(text)
-    tmp.chmod(mode)
-    os.replace(tmp, path)
-
-
 def cuda_compile(args: list[str]) -> tuple[str, str] | None:
     """(source, object) of a compile of one .cu file, else None."""
-    if "-c" not in args or "-o" not in args:
+    if "-c" not in args or "-o" not in args[:-1]:
         return None
     sources = [a for a in args if a.endswith(".cu") and not a.startswith("-")]
-    out = args[args.index("-o") + 1] if args.index("-o") + 1 < len(args) else None
-    return (sources[0], out) if len(sources) == 1 and out else None
+    return (sources[0], args[args.index("-o") + 1]) if len(sources) == 1 else None
 
 
 def includes_full_header(source: str) -> bool:

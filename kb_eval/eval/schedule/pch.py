@@ -52,16 +52,26 @@ DROP = {"-c", "-MMD", "-MD"}
 def install(folder: Path, real_cxx: str) -> dict[str, str]:
     """Write the front script into `folder` and return the environment that selects it.
     Its name contains `g++`, which is how torch accepts a compiler it has not seen."""
-    folder.mkdir(parents=True, exist_ok=True)
     script = folder / "bin" / "kb-pch-g++"
-    script.parent.mkdir(exist_ok=True)
-    text = f'#!/bin/sh\nexec "{sys.executable}" "{Path(__file__).resolve()}" "$@"\n'
-    if not script.is_file() or script.read_text() != text:
-        tmp = script.with_suffix(f".{os.getpid()}")
-        tmp.write_text(text)
-        tmp.chmod(0o755)
-        os.replace(tmp, script)
+    write_if_changed(script, front_script(__file__), mode=0o755)
     return {"CXX": str(script), "KB_PCH_CXX": real_cxx, "KB_PCH_DIR": str(folder)}
+
+
+def front_script(module_file: str) -> str:
+    """A shell script that runs `module_file` as a script with this Python."""
+    return f'#!/bin/sh\nexec "{sys.executable}" "{Path(module_file).resolve()}" "$@"\n'
+
+
+def write_if_changed(path: Path, text: str, mode: int = 0o644) -> None:
+    """Write `path` whole (a temporary file renamed into place) unless it holds `text`
+    already: an unchanged file keeps its date, which ninja compares."""
+    if path.is_file() and path.read_text() == text:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}")
+    tmp.write_text(text)
+    tmp.chmod(mode)
+    os.replace(tmp, path)
 
 
 def split(args: list[str]) -> tuple[list[str], str] | None:
