@@ -6,8 +6,9 @@
 Builds the candidate once through kb_eval's compiler fronts (kb_eval/eval/schedule/pch.py,
 which also makes the precompiled torch/extension.h, and nvcc_front.py), then re-runs each
 compile command from the build's ninja file by itself: main.cpp with and without the
-precompiled header, and the CUDA file (nvcc, which has no precompiled headers) with the
-slim torch/extension.h and with the real one. Prints seconds per command.
+precompiled header, and the CUDA file (nvcc, which has no precompiled headers) with each
+of the front's smaller torch/extension.h (lean, slim) and with the real one. Prints
+seconds per command.
 """
 
 from __future__ import annotations
@@ -79,9 +80,13 @@ def main() -> int:
             print(f"{target} with the precompiled header: {timed(cmd, build):.1f} s; "
                   f"without: {timed(plain, build):.1f} s")
         elif "PYTORCH_NVCC" in front and front["PYTORCH_NVCC"] in cmd:
-            plain = cmd.replace(front["PYTORCH_NVCC"], front["KB_NVCC_REAL"], 1)
-            print(f"{target} with the slim torch/extension.h: {timed(cmd, build):.1f} s; "
-                  f"with the real one: {timed(plain, build):.1f} s")
+            real = front["KB_NVCC_REAL"]
+            tiers = {tier: cmd.replace(front["PYTORCH_NVCC"],
+                                       f"{real} -I {front['KB_NVCC_TIERS']}/{tier}", 1)
+                     for tier in nvcc_front.TIERS}
+            tiers["real"] = cmd.replace(front["PYTORCH_NVCC"], real, 1)
+            print(f"{target} with torch/extension.h " + "; ".join(
+                f"{tier}: {timed(c, build):.1f} s" for tier, c in tiers.items()))
         else:
             print(f"{target} ({words[0].rsplit('/', 1)[-1]}): {timed(cmd, build):.1f} s")
     return 0

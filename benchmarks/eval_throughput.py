@@ -392,7 +392,7 @@ def main() -> int:
                    "torch/extension.h (kb_eval/eval/schedule/pch.py), to measure what it saves")
     p.add_argument("--full-cuda-header", action="store_true", help="compile CUDA files "
                    "against the real torch/extension.h only (kb_eval/eval/schedule/"
-                   "nvcc_front.py), to measure what the slim one saves")
+                   "nvcc_front.py), to measure what the smaller ones save")
     p.add_argument("--warm-only", action="store_true", help="keep --workdir's build cache "
                    "from an earlier run and time only the warm pass (e.g. again with "
                    "another --lane-depth, to compare verdicts and speedups)")

@@ -282,9 +282,10 @@ def add_execution_flags(p: argparse.ArgumentParser, defaults,
                         "compile their main.cpp about 3x faster)")
     g.add_argument("--full-cuda-header", action="store_true",
                    help="compile CUDA files against the real torch/extension.h only (by "
-                        "default a file that includes it is first compiled with torch/"
-                        "types.h in its place, about 2x faster, and again with the real one "
-                        "if that fails)")
+                        "default a file that includes it is first compiled with a lean "
+                        "header in its place (the Tensor class and factories, about 4x "
+                        "faster), then torch/types.h (about 2x), then the real one, until "
+                        "one compile succeeds)")
     g.add_argument("--cache-dir", type=Path, default=defaults.cache_dir,
                    help=f"build cache and scratch space (default: {defaults.cache_dir})")
 

@@ -196,8 +196,9 @@ class BuildInfo(BaseModel):
     # compile the candidate starts inside a function runs here, not on the device lane
     # (kb_eval/eval/schedule/first_call.py); None when not tried.
     first_call_s: float | None = None
-    # The torch/extension.h its CUDA files were compiled with: "slim" (torch/types.h
-    # only), "full", "slim+full", None without CUDA files (kb_eval/eval/schedule/
+    # The torch/extension.h its CUDA files were compiled with: "lean" (the Tensor class
+    # and the factories), "slim" (torch/types.h), "full", several joined by "+" when its
+    # files differed ("lean+full"), None without CUDA files (kb_eval/eval/schedule/
     # nvcc_front.py).
     cuda_header: str | None = None
 

@@ -21,8 +21,13 @@ from kb_eval.eval.schedule import nvcc_front
 NVCC = shutil.which("nvcc")
 pytestmark = pytest.mark.skipif(NVCC is None, reason="no nvcc on PATH")
 
-# Stand-ins: types.h has the tensor API, extension.h adds what only the full header has.
-TYPES_H = "#pragma once\nnamespace torch { inline int twice(int x) { return 2 * x; } }\n"
+# Stand-ins: the lean tier's headers hold at::lean_api and the dtypes, types.h adds
+# torch::twice, extension.h adds what only the full header has.
+TENSOR_H = ("#pragma once\nnamespace at { enum class ScalarType { A };\n"
+            + "".join(f"constexpr auto {b} = ScalarType::A;\n" for b in nvcc_front.LEAN_DTYPES.values())
+            + "inline int lean_api(int x) { return x + 1; } }\n")
+TYPES_H = ("#pragma once\n#include <ATen/core/Tensor.h>\n"
+           "namespace torch { using namespace at; inline int twice(int x) { return 2 * x; } }\n")
 EXTENSION_H = ("#pragma once\n#include <torch/types.h>\n"
                "namespace torch { namespace nn { inline int relu(int x) { return x > 0 ? x : 0; } } }\n")
 KERNEL = "__global__ void k(int* p) { p[0] = 1; }\n"
@@ -30,9 +35,14 @@ KERNEL = "__global__ void k(int* p) { p[0] = 1; }\n"
 
 @pytest.fixture
 def tree(tmp_path: Path) -> Path:
-    (tmp_path / "inc" / "torch").mkdir(parents=True)
-    (tmp_path / "inc" / "torch" / "types.h").write_text(TYPES_H)
-    (tmp_path / "inc" / "torch" / "extension.h").write_text(EXTENSION_H)
+    inc = tmp_path / "inc"
+    for header in nvcc_front.LEAN_INCLUDES:
+        (inc / header).parent.mkdir(parents=True, exist_ok=True)
+        (inc / header).write_text("#pragma once\n")
+    (inc / "ATen" / "core" / "Tensor.h").write_text(TENSOR_H)
+    (inc / "torch").mkdir()
+    (inc / "torch" / "types.h").write_text(TYPES_H)
+    (inc / "torch" / "extension.h").write_text(EXTENSION_H)
     return tmp_path
 
 
@@ -52,11 +62,20 @@ def header_used(obj: Path) -> str | None:
     return marker.read_text() if marker.exists() else None
 
 
-def test_a_source_that_needs_only_the_tensor_api_compiles_against_the_slim_header(tree):
+def test_a_source_that_needs_only_the_lean_api_compiles_against_the_lean_header(tree):
     done, obj = compile_through_front(
-        tree, "#include <torch/extension.h>\n" + KERNEL + "int f() { return torch::twice(2); }\n")
+        tree, "#include <torch/extension.h>\n" + KERNEL +
+        "int f() { return torch::lean_api(2) + (torch::kFloat32 == torch::kInt64); }\n")
+    assert done.returncode == 0, done.stderr
+    assert obj.is_file() and header_used(obj) == "lean"
+
+
+def test_a_source_that_needs_the_tensor_api_compiles_against_the_slim_header(tree):
+    done, obj = compile_through_front(
+        tree, "#include <torch/torch.h>\n" + KERNEL + "int f() { return torch::twice(2); }\n")
     assert done.returncode == 0, done.stderr
     assert obj.is_file() and header_used(obj) == "slim"
+    assert "twice" not in done.stderr  # the lean try's complaint is not shown
 
 
 def test_a_source_that_needs_the_full_header_is_compiled_with_it(tree):
@@ -71,19 +90,30 @@ def test_a_wrong_source_fails_with_the_real_compiles_diagnostics_only(tree):
     done, obj = compile_through_front(
         tree, "#include <torch/extension.h>\n" + KERNEL + "int f() { return undeclared_name; }\n")
     assert done.returncode != 0 and not obj.exists() and header_used(obj) is None
-    assert done.stderr.count("error detected") == 1, done.stderr  # one compile's, not two
+    assert done.stderr.count("error detected") == 1, done.stderr  # one compile's, not three
     assert str(tree / "front") not in done.stderr + done.stdout
 
 
-def test_the_bypass_and_sources_without_the_header_get_the_real_compile(tree):
+def test_the_bypass_and_sources_without_the_headers_get_the_real_compile(tree):
     done, obj = compile_through_front(tree, "#include <torch/extension.h>\n" + KERNEL +
                                       "int f() { return torch::twice(2); }\n",
                                       KB_PCH_BYPASS="1")
     assert done.returncode == 0, done.stderr
     assert header_used(obj) == "full"
-    done, obj = compile_through_front(tree, "#include <torch/types.h>\n" + KERNEL)
+    done, obj = compile_through_front(tree, "#include <cuda_runtime.h>\n" + KERNEL)
     assert done.returncode == 0, done.stderr
     assert header_used(obj) == "full"
+
+
+def test_torch_types_h_alone_gets_the_lean_tier_then_the_real_header(tree):
+    """load_inline starts every CUDA source with torch/types.h: the lean tier stands in
+    for it; the slim tier is torch/types.h itself, so it is not tried."""
+    done, obj = compile_through_front(tree, "#include <torch/types.h>\n" + KERNEL +
+                                      "int f() { return torch::lean_api(1); }\n")
+    assert done.returncode == 0 and header_used(obj) == "lean", done.stderr
+    done, obj = compile_through_front(tree, "#include <torch/types.h>\n" + KERNEL +
+                                      "int f() { return torch::twice(1); }\n")
+    assert done.returncode == 0 and header_used(obj) == "full", done.stderr
 
 
 def test_other_calls_pass_through_unchanged(tree):
@@ -95,26 +125,30 @@ def test_other_calls_pass_through_unchanged(tree):
 
 
 def test_install_rewrites_nothing_that_is_unchanged(tree):
-    """ninja compares dates: a slim header rewritten by every run would rebuild every
+    """ninja compares dates: a tier header rewritten by every run would rebuild every
     cached extension when its run child loads it."""
     nvcc_front.install(tree / "front", NVCC)
-    slim = tree / "front" / "slim" / "torch" / "extension.h"
-    before = slim.stat().st_mtime_ns
-    os.utime(slim, ns=(before - 10**9, before - 10**9))
+    headers = [tree / "front" / tier / "torch" / "extension.h" for tier in nvcc_front.TIERS]
+    before = [h.stat().st_mtime_ns - 10**9 for h in headers]
+    for h, t in zip(headers, before):
+        os.utime(h, ns=(t, t))
     nvcc_front.install(tree / "front", sys.executable)
-    assert slim.stat().st_mtime_ns == before - 10**9
+    assert [h.stat().st_mtime_ns for h in headers] == before
 
 
 # ------------------------------------------------------------------ GPU: real torch headers
 TWICE = r"""
 #include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
 __global__ void twice_kernel(const float* x, float* out, int n) {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
         out[i] = x[i] + x[i];
 }
 torch::Tensor twice(torch::Tensor x) {
+    TORCH_CHECK(x.scalar_type() == torch::kFloat32, "float32 only");
     auto out = torch::empty_like(x);
-    twice_kernel<<<64, 128>>>(x.data_ptr<float>(), out.data_ptr<float>(), (int)x.numel());
+    twice_kernel<<<64, 128, 0, at::cuda::getCurrentCUDAStream()>>>(
+        x.data_ptr<float>(), out.data_ptr<float>(), (int)x.numel());
     return %s;
 }
 """
@@ -132,8 +166,10 @@ class ModelNew(torch.nn.Module):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("name,result,header", [
-    ("kb_front_slim", "out", "slim"),
-    # torch::nn::functional is only in the full header: the slim try fails, the real one builds
+    ("kb_front_lean", "out", "lean"),
+    # operators on tensors are in torch/types.h, not the lean header
+    ("kb_front_slim", "out + 0", "slim"),
+    # torch::nn::functional is only in the full header: both tiers fail, the real one builds
     ("kb_front_full", "torch::nn::functional::relu(out)", "full")])
 def test_a_real_candidate_builds_loads_and_computes(tmp_path, monkeypatch, name, result, header):
     from kb_eval.eval.schedule.build import Builder, front_name, toolchain_fingerprint

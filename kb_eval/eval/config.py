@@ -54,8 +54,9 @@ class EvalConfig(BaseModel):
                                       "(default: every visible GPU)")
     pch: bool = Field(True, description="precompile torch/extension.h once per compiler "
                       "flags for C++ builds (GCC; see kb_eval/eval/schedule/pch.py)")
-    slim_cuda_header: bool = Field(True, description="compile CUDA files against a slim "
-                                   "torch/extension.h first, the real one if that fails "
+    slim_cuda_header: bool = Field(True, description="compile CUDA files against smaller "
+                                   "torch/extension.h headers first (lean, then slim), "
+                                   "the real one if those fail "
                                    "(see kb_eval/eval/schedule/nvcc_front.py)")
     build_timeout_s: float = Field(600, gt=0)
     run_timeout_s: float = Field(300, gt=0)

@@ -28,7 +28,7 @@ PEAK_BANDWIDTH = [("gh200", 4.9e12), ("h200", 4.8e12), ("h100 nvl", 3.9e12),
                   ("a40", 0.696e12), ("a10", 0.6e12), ("l4", 0.3e12), ("v100", 0.9e12),
                   ("5090", 1.79e12), ("4090", 1.01e12), ("3090", 0.94e12)]
 MEASURED_MARGIN = 1.5  # an unknown GPU: its measured copy bandwidth, times this
-CALL_FLOOR_SHARE = 0.5  # no call through the timer beats half an empty call's median
+CALL_FLOOR_SHARE = 0.5  # no call through the timer beats half the fastest empty call
 BYTES_FLOOR_SHARE = 0.5  # margin for kernels that legitimately skip part of an input
 
 
@@ -99,7 +99,7 @@ def physical_floor(median_ms: float | None, metrics: dict | None, device_kind: s
     floors = []
     empty = metrics.get("empty_call_ms")
     if empty:
-        floors.append((CALL_FLOOR_SHARE * empty, f"half an empty call ({empty:.3g} ms)"))
+        floors.append((CALL_FLOOR_SHARE * empty, f"half the fastest empty call ({empty:.3g} ms)"))
     bw = peak_bandwidth(device_name, metrics.get("copy_bytes_per_s"))
     if device_kind == "cuda" and flush_l2 and bw:
         must = metrics.get("in_bytes", 0) + max(0, metrics.get("out_bytes", 0) -

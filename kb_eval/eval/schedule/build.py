@@ -228,9 +228,11 @@ def build_candidate(payload: dict, workdir: Path) -> dict:
 
 def cuda_header(extensions_dir: Path) -> str | None:
     """Which torch/extension.h the build's CUDA files were compiled with (nvcc_front.py's
-    notes beside their objects): "slim", "full", "slim+full", or None (no CUDA file)."""
+    notes beside their objects): "lean", "slim", "full", several joined by "+" in that
+    order ("lean+full"), or None (no CUDA file)."""
     kinds = {p.read_text().strip() for p in extensions_dir.rglob("*" + nvcc_front.MARKER_SUFFIX)}
-    return "+".join(sorted(kinds, reverse=True)) or None
+    order = [*nvcc_front.TIERS, "full"]
+    return "+".join(sorted(kinds, key=lambda k: order.index(k) if k in order else len(order))) or None
 
 
 # ------------------------------------------------------------------ parent side

@@ -1,26 +1,38 @@
-"""A CUDA compiler front for build children: a .cu against a slim torch/extension.h first.
+"""A CUDA compiler front for build children: a .cu against a lean torch/extension.h first.
 
 `load_inline` compiles a candidate's CUDA source with nvcc, and nearly every candidate
 starts it with `#include <torch/extension.h>`: torch's whole C++ frontend (torch/all.h:
 nn, optim, data, serialization) and its Python bindings (pybind11, Python.h). nvcc reads
 all of that three times (cudafe++ for the host side, cicc for the device side, then GCC
 compiles the host side), and it has no precompiled headers. Kernels and their launchers
-use the tensor API, which `torch/types.h` holds (load_inline puts that include first in
-every CUDA source anyway). A typical candidate's file took 26.4 s instead of 52.7 s on the
-H100 machine (`benchmarks/compile_cost.py`), 30.6 s instead of 68.0 s on this project's
-2-core CPU (nvcc run by hand: no CUDA torch there).
+need far less, so this front compiles such a .cu with a folder first on the include path
+where those headers are smaller, trying two tiers in turn:
 
-So this front compiles a .cu that includes torch/extension.h or torch/torch.h with a
-folder first on the include path where both are `#include <torch/types.h>`. If that
-compile fails, for whatever reason, it runs the real compile and returns its result and
-its diagnostics, never the slim one's: a source that needs the full header (pybind11 in
-the .cu, torch::nn) is compiled with it, at the cost of the failed try. What the full
-header adds lives in its own names (torch::nn, torch::optim, torch::fft, py::, ...), not
-overloads of the tensor API's, so a source that compiles both ways means the same both
-ways. Next to the object it writes `<object>.kb-header` ("slim" or "full"), which the
-build reports (BuildInfo.cuda_header). Everything else goes to the real nvcc
-unchanged, and so does every compile when `KB_PCH_BYPASS` is set (the builder's retry
-after a failure it blames on us). Run as a script: it imports nothing of kb_eval.
+- "lean", in place of torch/extension.h, torch/torch.h and torch/types.h (which
+  load_inline puts first in every CUDA source): the Tensor class (all its methods),
+  AT_DISPATCH, the factories kernels allocate with (empty, zeros, ones, full and their
+  _like, empty_strided), `torch::` as a name for `at::`, and the dtype names kernels
+  write (torch::kFloat32...).
+- "slim", in place of torch/extension.h and torch/torch.h: `torch/types.h`, the whole
+  tensor API.
+
+then the real header. The first compile that succeeds is the build's; if all fail, the
+real compile's result and diagnostics are returned, never a tier's. A typical
+candidate's file (benchmarks/compile_cost.py's) took 17.2 s lean, 38.5 s slim and 68 s
+real on this project's 2-core CPU (nvcc by hand: no CUDA torch there); slim 26.4 s
+against 52.7 s real on the H100 machine.
+
+Why a smaller header does not change what a source means: what the larger headers add
+lives under its own names (torch::nn, torch::optim, py::, at::cat, operators on tensors,
+...), so a source that uses any of it fails the smaller tier and moves on, while the
+overloads of one op are all declared in that op's header. One difference remains by
+design: in the lean tier `torch::empty_like` and the other factories are at::'s, which
+are torch::'s without the autograd wrapper: the same tensor, but options asking for
+`requires_grad(true)` are refused at run time. Next to the object it writes
+`<object>.kb-header` ("lean", "slim" or "full"), which the build reports
+(BuildInfo.cuda_header). Everything else goes to the real nvcc unchanged, and so does
+every compile when `KB_PCH_BYPASS` is set (the builder's retry after a failure it blames
+on us). Run as a script: it imports nothing of kb_eval.
 """
 
 from __future__ import annotations
@@ -32,27 +44,45 @@ import subprocess
 import sys
 from pathlib import Path
 
-SLIM = "#pragma once\n// kb_eval's slim header (kb_eval/eval/schedule/nvcc_front.py)\n" \
-       "#include <torch/types.h>\n"
-SHIMMED = ("torch/extension.h", "torch/torch.h")
+_TAG = "// kb_eval's {} header (kb_eval/eval/schedule/nvcc_front.py)\n"
+# Each ATen/ops/<op>.h declares every overload of its op (at::op, at::op_out...).
+LEAN_INCLUDES = ("ATen/core/Tensor.h", "ATen/Dispatch.h", *(
+    f"ATen/ops/{op}.h" for op in ("empty", "empty_like", "empty_strided", "zeros",
+                                  "zeros_like", "ones", "ones_like", "full", "full_like")))
+LEAN_DTYPES = {"kFloat16": "kHalf", "kFloat32": "kFloat", "kFloat64": "kDouble",
+               "kInt8": "kChar", "kInt16": "kShort", "kInt32": "kInt", "kInt64": "kLong",
+               "kUInt8": "kByte"}
+LEAN = ("#pragma once\n" + _TAG.format("lean")
+        + "".join(f"#include <{h}>\n" for h in LEAN_INCLUDES)
+        + "namespace torch {\nusing namespace at;  // torch::Tensor, torch::empty_like...\n"
+        + "using Dtype = at::ScalarType;\n"
+        + "".join(f"constexpr auto {a} = at::{b};\n" for a, b in LEAN_DTYPES.items())
+        + "}  // namespace torch\n")
+SLIM = "#pragma once\n" + _TAG.format("slim") + "#include <torch/types.h>\n"
+# What each tier puts in place of which headers, tried in this order, then the real ones.
+# load_inline starts every CUDA source with `#include <torch/types.h>`, so the lean tier
+# must stand in for that one too; the slim tier only helps a source that includes more.
+TIERS = {"lean": {h: LEAN for h in ("torch/extension.h", "torch/torch.h", "torch/types.h")},
+         "slim": {h: SLIM for h in ("torch/extension.h", "torch/torch.h")}}
 MARKER_SUFFIX = ".kb-header"
 BYPASS_VAR = "KB_PCH_BYPASS"  # pch.BYPASS_VAR (not imported: a script imports nothing of ours)
-_INCLUDES = re.compile(r'^\s*#\s*include\s*[<"]torch/(extension|torch)\.h[>"]', re.MULTILINE)
+_INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.MULTILINE)
 
 
 def install(folder: Path, real_nvcc: str) -> dict[str, str]:
-    """Write the front script and the slim headers into `folder`; return the environment
-    that selects them (torch's cpp_extension runs `PYTORCH_NVCC` for CUDA files). Files
-    are rewritten only when they differ: a slim header's new date would make ninja
-    compile every cached build again when the run child loads it."""
+    """Write the front script and each tier's headers into `folder`; return the
+    environment that selects them (torch's cpp_extension runs `PYTORCH_NVCC` for CUDA
+    files). Files are rewritten only when they differ: a tier header's new date would
+    make ninja compile every cached build again when the run child loads it."""
     from kb_eval.eval.schedule.pch import front_script, write_if_changed  # the parent's
 
     script = folder / "bin" / "kb-nvcc"
     write_if_changed(script, front_script(__file__), mode=0o755)
-    for header in SHIMMED:
-        write_if_changed(folder / "slim" / header, SLIM)
+    for tier, headers in TIERS.items():
+        for header, text in headers.items():
+            write_if_changed(folder / tier / header, text)
     return {"PYTORCH_NVCC": str(script), "KB_NVCC_REAL": real_nvcc,
-            "KB_NVCC_SLIM": str(folder / "slim")}
+            "KB_NVCC_TIERS": str(folder)}
 
 
 def real_nvcc() -> str | None:
@@ -80,27 +110,31 @@ def cuda_compile(args: list[str]) -> tuple[str, str] | None:
     return (sources[0], args[args.index("-o") + 1]) if len(sources) == 1 else None
 
 
-def includes_full_header(source: str) -> bool:
+def included(source: str) -> set[str]:
+    """The headers a source names in its #include lines (an unreadable one: none)."""
     try:
-        return bool(_INCLUDES.search(Path(source).read_text(errors="replace")))
+        return set(_INCLUDE.findall(Path(source).read_text(errors="replace")))
     except OSError:
-        return False
+        return set()
 
 
 def main(argv: list[str]) -> int:
     real = shlex.split(os.environ.get("KB_NVCC_REAL", "nvcc"))
-    args, slim = argv[1:], os.environ.get("KB_NVCC_SLIM")
+    args, tiers = argv[1:], os.environ.get("KB_NVCC_TIERS")
     found = cuda_compile(args)
     if found is None:
         os.execvp(real[0], [*real, *args])
     source, out = found
-    if slim and not os.environ.get(BYPASS_VAR) and includes_full_header(source):
-        tried = subprocess.run([*real, "-I", slim, *args], capture_output=True)
-        if tried.returncode == 0:
-            sys.stdout.buffer.write(tried.stdout)
-            sys.stderr.buffer.write(tried.stderr)
-            _mark(out, "slim")
-            return 0
+    names = included(source) if tiers and not os.environ.get(BYPASS_VAR) else set()
+    for tier, headers in TIERS.items():
+        if names & headers.keys():
+            tried = subprocess.run([*real, "-I", os.path.join(tiers, tier), *args],
+                                   capture_output=True)
+            if tried.returncode == 0:
+                sys.stdout.buffer.write(tried.stdout)
+                sys.stderr.buffer.write(tried.stderr)
+                _mark(out, tier)
+                return 0
     done = subprocess.run([*real, *args])  # its diagnostics go straight through
     if done.returncode == 0:
         _mark(out, "full")
