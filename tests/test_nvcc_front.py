@@ -215,3 +215,12 @@ def test_both_fronts_obey_the_same_bypass():
     from kb_eval.eval.schedule import pch
 
     assert nvcc_front.BYPASS_VAR == pch.BYPASS_VAR
+
+
+def test_the_build_reports_each_header_its_cuda_files_used_in_tier_order(tmp_path):
+    from kb_eval.eval.schedule.build import cuda_header
+
+    assert cuda_header(tmp_path) is None  # no CUDA file
+    for name, header in (("a", "full"), ("b", "lean"), ("c", "lean")):
+        (tmp_path / f"{name}.o{nvcc_front.MARKER_SUFFIX}").write_text(header)
+    assert cuda_header(tmp_path) == "lean+full"

@@ -232,7 +232,8 @@ def cuda_header(extensions_dir: Path) -> str | None:
     order ("lean+full"), or None (no CUDA file)."""
     kinds = {p.read_text().strip() for p in extensions_dir.rglob("*" + nvcc_front.MARKER_SUFFIX)}
     order = [*nvcc_front.TIERS, "full"]
-    return "+".join(sorted(kinds, key=lambda k: order.index(k) if k in order else len(order))) or None
+    rank = {k: order.index(k) if k in order else len(order) for k in kinds}
+    return "+".join(sorted(kinds, key=rank.get)) or None
 
 
 # ------------------------------------------------------------------ parent side
