@@ -92,9 +92,10 @@ def pch_folders(cache: Path) -> list[Path]:
     return [p for p in root.iterdir() if re.fullmatch(r"[0-9a-f]{24}", p.name)]
 
 
-def builder(cache: Path, timeout_s: float = 600) -> Builder:
-    """A Builder with the PCH front, as an eval of the cpp backend sets it up."""
-    env = pch.install(cache / "pch", "c++")
+def builder(cache: Path, timeout_s: float = 600, full_only: bool = False) -> Builder:
+    """A Builder with the PCH front, as an eval of the cpp backend sets it up
+    (`full_only`: without the slim tier)."""
+    env = {**pch.install(cache / "pch", "c++"), **({pch.SLIM_VAR: "0"} if full_only else {})}
     return Builder(cache / "builds", toolchain_fingerprint("", front=env["CXX"]), env,
                    timeout_s=timeout_s, mem_limit_mb=None)
 
@@ -144,6 +145,11 @@ def test_two_first_builds_race_on_fresh_cache(made):
     assert pch.is_complete(folder)
 
 
+def folder_is_slim(folder: Path) -> bool:
+    """A PCH folder of the slim tier's header (else torch's)."""
+    return (folder / pch.HEADER).read_text() == pch.SLIM
+
+
 def clone_pch(made: dict, cache: Path) -> Path:
     """The made PCH folder in another cache, as hard links (replace files, never edit
     them in place: that would damage the original)."""
@@ -158,6 +164,15 @@ def replace_with_prefix(path: Path, fraction: float) -> None:
     data = path.read_bytes()
     path.unlink()
     path.write_bytes(data[:int(len(data) * fraction)])
+
+
+def truncate_and_forge(folder: Path) -> None:
+    """A truncated .gch that our checks pass: its marker says the truncated size."""
+    replace_with_prefix(folder / pch.GCH, 0.5)
+    marker = json.loads((folder / pch.COMPLETE).read_text())
+    (folder / pch.COMPLETE).unlink()
+    marker["gch_size"] = (folder / pch.GCH).stat().st_size
+    (folder / pch.COMPLETE).write_text(json.dumps(marker))
 
 
 # ------------------------------------------------------------------ half-made PCH
@@ -273,23 +288,38 @@ def test_toolchain_failure_is_not_cached(made, tmp_path):
 
 
 @slow
-def test_pch_that_gcc_rejects_is_retried_without_it(made, tmp_path):
-    """A PCH our checks pass (its marker forged to the truncated size) but GCC cannot
-    read: the first compile fails on it, the retry without the PCH builds; the success
-    is cached, the failure is not blamed on the candidate."""
+def test_pch_that_gcc_rejects_is_retried_without_it(tmp_path):
+    """A PCH of torch's header our checks pass (its marker forged to the truncated size)
+    but GCC cannot read: the first compile fails on it, the retry without the PCH builds;
+    the success is cached, the failure is not blamed on the candidate. Without the slim
+    tier, whose own failure is the next tier's business (next test)."""
     cache = tmp_path / "cache"
-    folder = clone_pch(made, cache)
-    replace_with_prefix(folder / pch.GCH, 0.5)
-    marker = json.loads((folder / pch.COMPLETE).read_text())
-    (folder / pch.COMPLETE).unlink()
-    marker["gch_size"] = (folder / pch.GCH).stat().st_size
-    (folder / pch.COMPLETE).write_text(json.dumps(marker))
+    b = builder(cache, full_only=True)
+    assert b.build(GOOD_B, tmp_path / "w0").info.status == "ok"  # makes torch's PCH
+    [folder] = pch_folders(cache)
+    assert not folder_is_slim(folder)
+    truncate_and_forge(folder)
     assert pch.is_complete(folder)
 
-    out = builder(cache).build(GOOD_A, tmp_path / "w1")
+    out = b.build(GOOD_A, tmp_path / "w1")
     assert out.info.status == "ok" and out.harness_error is None, (out.error, out.detail)
     assert out.retried.startswith("the precompiled header could not be read")
     assert json.loads((Path(out.extensions_dir) / MARKER).read_text())["status"] == "ok"
+
+
+@slow
+def test_a_slim_pch_that_gcc_rejects_leaves_the_build_to_torchs_header(made, tmp_path):
+    """The slim tier's PCH damaged the same way: its compile fails, the front compiles
+    with torch's header instead (making its PCH), and no retry is needed."""
+    cache = tmp_path / "cache"
+    folder = clone_pch(made, cache)
+    assert folder_is_slim(folder)  # what the made builds' sources needed
+    truncate_and_forge(folder)
+
+    out = builder(cache).build(GOOD_A, tmp_path / "w1")
+    assert out.info.status == "ok" and out.harness_error is None, (out.error, out.detail)
+    assert out.retried is None
+    assert sorted(folder_is_slim(f) for f in pch_folders(cache)) == [False, True]
 
 
 @slow

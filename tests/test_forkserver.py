@@ -110,3 +110,25 @@ def test_forked_children_open_cuda(tmp_path):
         assert "kb_eval.isolation.zygote" in out.result["cmdline"], out.result
         # a GPU task's module is imported after the fork (its imports may initialise CUDA)
         assert out.result["imported_in_child"], out.result
+
+
+def test_a_killed_child_leaves_no_process_of_a_deeper_group_behind(tmp_path):
+    """A timeout kills the child's group; a command it ran in a group of its own (as
+    ninja runs each compile) is reaped as an orphan, and so is that command's own child,
+    orphaned only when its parent dies (a compiler making a PCH outlived a build's
+    timeout by 25 s when the reaper looked once)."""
+    out, _ = _run(tmp_path, "chain", timeout_s=8)
+    assert out.status == "timeout", out.describe()
+    pids = [int((tmp_path / "chain0" / f"{name}.pid").read_text()) for name in ("mid", "leaf")]
+    deadline = time.monotonic() + 5  # reaped before run_isolated returned; a margin
+    while time.monotonic() < deadline and any(_running(p) for p in pids):
+        time.sleep(0.1)
+    assert not any(_running(p) for p in pids), pids
+
+
+def _running(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]

@@ -117,9 +117,21 @@ def proc_children() -> list[int]:
 
 
 def reap_orphans() -> None:
-    """Kill and reap re-parented descendants of sandbox children (they carry MARKER)."""
+    """Kill and reap re-parented descendants of sandbox children (they carry MARKER),
+    pass after pass while a pass found some: a killed orphan's own children are orphaned
+    only when it dies. One pass left a build's compiler running after its timeout (ninja
+    runs each command in a process group of its own: the compiler front died with the
+    pass, the compiler making a precompiled header under it ran on for 25 s)."""
     if not sys.platform.startswith("linux"):
         return
+    for _ in range(32):  # deeper than any process tree a build or a run makes
+        if not _reap_once():
+            return
+
+
+def _reap_once() -> bool:
+    """One pass over our re-parented children; whether it killed any."""
+    killed = False
     with ADOPTING:
         known = LIVE.pids()
         for pid in proc_children():
@@ -131,8 +143,10 @@ def reap_orphans() -> None:
                 try:
                     os.kill(pid, signal.SIGKILL)
                     os.waitpid(pid, 0)
+                    killed = True
                 except (ProcessLookupError, ChildProcessError, PermissionError):
                     pass
+    return killed
 
 
 def file_size(path: Path) -> int:

@@ -53,3 +53,20 @@ def on_cuda(payload, workdir):
     return {"sum": float((x * 2).sum().item()), "device": torch.cuda.get_device_name(0),
             "cmdline": open("/proc/self/cmdline").read().replace("\0", " "),
             "imported_in_child": IMPORTED_IN == os.getpid()}
+
+
+def chain(payload, workdir):
+    """As ninja runs a compile: a command in a process group of its own, which starts a
+    process of its own (a compiler driver under our compiler front); their pids are
+    written to the workdir, then this child hangs until it is killed."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    leaf = ("import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', "
+            "'import time; time.sleep(600)']); open(sys.argv[1], 'w').write(str(p.pid)); "
+            "time.sleep(600)")
+    mid = subprocess.Popen([sys.executable, "-c", leaf, str(Path(workdir) / "leaf.pid")],
+                           process_group=0)
+    (Path(workdir) / "mid.pid").write_text(str(mid.pid))
+    time.sleep(600)

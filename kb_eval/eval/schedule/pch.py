@@ -20,7 +20,20 @@ timeout) leaves only a temporary folder, which the next maker removes; a folder 
 a valid marker (left by an older version, or damaged) is never used and is remade.
 
 The first compile that finds none makes it (under a file lock `<key>.lock`, ~45 s) and
-others go on without it meanwhile. Anything else (linking, `-E`, version queries, other
+others go on without it meanwhile.
+
+Two tiers, as in nvcc_front.py: such a compile is tried first with a slim
+torch/extension.h (SLIM: torch/types.h and the Python bindings load_inline's module code
+uses, in `<KB_PCH_DIR>/slim/`, precompiled like torch's under its own key), then, if it
+fails for any reason, as before with torch's header, whose result and diagnostics are
+the compile's. main.cpp of a CUDA candidate (declarations and the module) and most C++
+candidates need no more; what the full header adds has names of its own (torch::nn,
+torch::optim, torch::python), so a source that uses it fails the slim try instead of
+meaning something else. A C++ candidate's main.cpp took 4.8 s with the slim PCH against
+7.5 s with torch's on the H100 machine (`benchmarks/compile_cost.py --cpp`); a CUDA
+candidate's 8.8 s against 12.1 s on this project's 2-core CPU (GCC still instantiates, in
+every compile, the templates the header's inline functions use: what a smaller header
+saves). `KB_PCH_SLIM=0` skips the slim tier. Anything else (linking, `-E`, version queries, other
 sources) goes straight to the real compiler (`KB_PCH_CXX`), and so does every compile
 when `KB_PCH_BYPASS` is set (the builder's retry after a failure it blames on us). Any
 trouble with the PCH itself means compiling without it, never failing. Torch's own
@@ -42,8 +55,16 @@ from pathlib import Path
 
 HEADER = "torch/extension.h"
 GCH = HEADER + ".gch"
+# The slim tier's torch/extension.h: the tensor API and the Python bindings that
+# load_inline's generated module code needs (pybind11, wrap_pybind_function), without
+# torch/all.h (nn, optim, data, serialization) and torch/python.h (module bindings).
+SLIM = ("#pragma once\n// kb_eval's slim header (kb_eval/eval/schedule/pch.py)\n"
+        "#include <torch/types.h>\n#include <torch/csrc/utils/pybind.h>\n"
+        "#include <torch/csrc/Exceptions.h>\n")
+SLIM_FOLDER = "slim"  # <KB_PCH_DIR>/slim/torch/extension.h
 COMPLETE = "complete.json"
 BYPASS_VAR = "KB_PCH_BYPASS"
+SLIM_VAR = "KB_PCH_SLIM"  # "0": torch's header only (to measure what the slim tier saves)
 SOURCES = (".cpp", ".cc", ".cxx")
 DROP_WITH_VALUE = {"-o", "-MF", "-MT", "-MQ"}
 DROP = {"-c", "-MMD", "-MD"}
@@ -54,6 +75,7 @@ def install(folder: Path, real_cxx: str) -> dict[str, str]:
     Its name contains `g++`, which is how torch accepts a compiler it has not seen."""
     script = folder / "bin" / "kb-pch-g++"
     write_if_changed(script, front_script(__file__), mode=0o755)
+    write_if_changed(folder / SLIM_FOLDER / HEADER, SLIM)
     return {"CXX": str(script), "KB_PCH_CXX": real_cxx, "KB_PCH_DIR": str(folder)}
 
 
@@ -115,11 +137,12 @@ def header_path(flags: list[str]) -> Path | None:
     return None
 
 
-def pch_key(real: str, flags: list[str], header: Path) -> str:
-    """Flags, compiler binary and torch's headers: GCC does not check the headers' dates,
-    so a reinstalled torch must give another key."""
+def pch_key(real: str, flags: list[str], header: Path, text: str = "") -> str:
+    """Flags, compiler binary and torch's headers (and `text`, the header precompiled when
+    it is ours: by content, since each cache writes its own copy): GCC does not check
+    the headers' dates, so a reinstalled torch must give another key."""
     compiler = shutil.which(real) or real
-    parts = [os.path.realpath(compiler), *flags]
+    parts = [os.path.realpath(compiler), *flags, *([text] if text else [])]
     for path in (Path(compiler), header, header.parent / "version.h"):
         try:
             st = os.stat(os.path.realpath(path))
@@ -141,12 +164,15 @@ def is_complete(folder: Path) -> bool:
         return False
 
 
-def ensure_pch(real: str, root: Path, flags: list[str]) -> Path | None:
-    """The folder to put first on the include path, or None (no PCH, or being made)."""
+def ensure_pch(real: str, root: Path, flags: list[str], slim: bool = False) -> Path | None:
+    """The folder to put first on the include path, or None (no PCH, or being made).
+    `slim`: of our slim header (SLIM), else of torch's."""
     header = header_path(flags)
     if header is None:
         return None
-    key = pch_key(real, flags, header)
+    key = pch_key(real, flags, header, SLIM if slim else "")
+    if slim:
+        header = root / SLIM_FOLDER / HEADER
     folder = root / key
     if is_complete(folder):
         return folder
@@ -226,15 +252,19 @@ def _alive(pid: str) -> bool:
 
 
 # ------------------------------------------------------------------ the front
-def include_folder(real: str, args: list[str]) -> Path | None:
+def include_folder(real: str, args: list[str], slim: bool = False) -> Path | None:
     """The PCH folder for this compile, or None; never raises: trouble with the PCH
-    means compiling without it."""
+    means compiling without it. `slim`: the slim tier's folder (its PCH's, or while
+    there is none the header's own), None when the compile is not one of ours."""
     root = os.environ.get("KB_PCH_DIR")
     if not root or os.environ.get(BYPASS_VAR):
         return None
     try:
         found = split(args)
-        return ensure_pch(real, Path(root), found[0]) if found is not None else None
+        if found is None or (slim and os.environ.get(SLIM_VAR) == "0"):
+            return None
+        made = ensure_pch(real, Path(root), found[0], slim)
+        return made or (Path(root) / SLIM_FOLDER if slim else None)
     except Exception:  # noqa: BLE001 - any PCH trouble: compile without it
         return None
 
@@ -242,6 +272,13 @@ def include_folder(real: str, args: list[str]) -> Path | None:
 def main(argv: list[str]) -> int:
     real = os.environ.get("KB_PCH_CXX", "c++")
     args = argv[1:]
+    slim = include_folder(real, args, slim=True)
+    if slim is not None:  # the slim tier first; its failure, for any reason, is not shown
+        tried = subprocess.run([real, "-I", str(slim), *args], capture_output=True)
+        if tried.returncode == 0:
+            sys.stdout.buffer.write(tried.stdout)
+            sys.stderr.buffer.write(tried.stderr)
+            return 0
     folder = include_folder(real, args)
     if folder is not None:
         args = ["-I", str(folder), *args]
