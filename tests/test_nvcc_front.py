@@ -224,3 +224,13 @@ def test_the_build_reports_each_header_its_cuda_files_used_in_tier_order(tmp_pat
     for name, header in (("a", "full"), ("b", "lean"), ("c", "lean")):
         (tmp_path / f"{name}.o{nvcc_front.MARKER_SUFFIX}").write_text(header)
     assert cuda_header(tmp_path) == "lean+full"
+
+
+def test_a_source_that_says_requires_grad_skips_the_lean_tier(tree):
+    """The lean tier's factories (at::'s) refuse options with requires_grad set, which
+    torch's accept: such a source is compiled with torch/types.h or more."""
+    done, obj = compile_through_front(
+        tree, "#include <torch/extension.h>\n" + KERNEL +
+        "int f() { return torch::lean_api(2); }  // .requires_grad(true)\n")
+    assert done.returncode == 0, done.stderr
+    assert header_used(obj) == "slim"

@@ -29,7 +29,9 @@ lives under its own names (torch::nn, torch::optim, py::, at::cat, operators on 
 overloads of one op are all declared in that op's header. One difference remains by
 design: in the lean tier `torch::empty_like` and the other factories are at::'s, which
 are torch::'s without the autograd wrapper: the same tensor, but options asking for
-`requires_grad(true)` are refused at run time. Next to the object it writes
+`requires_grad(true)` are refused at run time; so a source that says `requires_grad`
+anywhere skips the lean tier (a tensor's own options() never carry it). Next to the
+object it writes
 `<object>.kb-header` ("lean", "slim" or "full"), which the build reports
 (BuildInfo.cuda_header). Everything else goes to the real nvcc unchanged, and so does
 every compile when `KB_PCH_BYPASS` is set (the builder's retry after a failure it blames
@@ -65,6 +67,9 @@ SLIM = "#pragma once\n" + _TAG.format("slim") + "#include <torch/types.h>\n"
 # must stand in for that one too; the slim tier only helps a source that includes more.
 TIERS = {"lean": {h: LEAN for h in ("torch/extension.h", "torch/torch.h", "torch/types.h")},
          "slim": {h: SLIM for h in ("torch/extension.h", "torch/torch.h")}}
+# A tier is skipped for a source containing its word: the lean tier's factories refuse
+# options with requires_grad set, which torch's accept.
+SKIP_IF_SOURCE_SAYS = {"lean": "requires_grad"}
 MARKER_SUFFIX = ".kb-header"
 BYPASS_VAR = "KB_PCH_BYPASS"  # pch.BYPASS_VAR (not imported: a script imports nothing of ours)
 _INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.MULTILINE)
@@ -111,12 +116,16 @@ def cuda_compile(args: list[str]) -> tuple[str, str] | None:
     return (sources[0], args[args.index("-o") + 1]) if len(sources) == 1 else None
 
 
-def included(source: str) -> set[str]:
-    """The headers a source names in its #include lines (an unreadable one: none)."""
+def tiers_for(source: str) -> list[str]:
+    """The tiers worth trying for a source, in order: each stands in for a header the
+    source includes, and the source does not say its skip word (an unreadable one: none)."""
     try:
-        return set(_INCLUDE.findall(Path(source).read_text(errors="replace")))
+        text = Path(source).read_text(errors="replace")
     except OSError:
-        return set()
+        return []
+    names = set(_INCLUDE.findall(text))
+    return [tier for tier, headers in TIERS.items() if names & headers.keys()
+            and SKIP_IF_SOURCE_SAYS.get(tier, "\0") not in text]
 
 
 def main(argv: list[str]) -> int:
@@ -126,16 +135,14 @@ def main(argv: list[str]) -> int:
     if found is None:
         os.execvp(real[0], [*real, *args])
     source, out = found
-    names = included(source) if tiers and not os.environ.get(BYPASS_VAR) else set()
-    for tier, headers in TIERS.items():
-        if names & headers.keys():
-            tried = subprocess.run([*real, "-I", os.path.join(tiers, tier), *args],
-                                   capture_output=True)
-            if tried.returncode == 0:
-                sys.stdout.buffer.write(tried.stdout)
-                sys.stderr.buffer.write(tried.stderr)
-                _mark(out, tier)
-                return 0
+    for tier in tiers_for(source) if tiers and not os.environ.get(BYPASS_VAR) else []:
+        tried = subprocess.run([*real, "-I", os.path.join(tiers, tier), *args],
+                               capture_output=True)
+        if tried.returncode == 0:
+            sys.stdout.buffer.write(tried.stdout)
+            sys.stderr.buffer.write(tried.stderr)
+            _mark(out, tier)
+            return 0
     done = subprocess.run([*real, *args])  # its diagnostics go straight through
     if done.returncode == 0:
         _mark(out, "full")
