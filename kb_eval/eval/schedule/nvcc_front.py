@@ -31,9 +31,8 @@ design: in the lean tier `torch::empty_like` and the other factories are at::'s,
 are torch::'s without the autograd wrapper: the same tensor, but options asking for
 `requires_grad(true)` are refused at run time; so a source that says `requires_grad`
 anywhere skips the lean tier (a tensor's own options() never carry it). Next to the
-object it writes
-`<object>.kb-header` ("lean", "slim" or "full"), which the build reports
-(BuildInfo.cuda_header). Everything else goes to the real nvcc unchanged, and so does
+object it writes `<object>.kb-header` ("lean", "slim" or "full"), which the build
+reports (BuildInfo.cuda_header). Everything else goes to the real nvcc unchanged, and so does
 every compile when `KB_PCH_BYPASS` is set (the builder's retry after a failure it blames
 on us). Run as a script: it imports nothing of kb_eval.
 """

@@ -33,10 +33,12 @@ meaning something else. A C++ candidate's main.cpp took 4.8 s with the slim PCH 
 7.5 s with torch's on the H100 machine (`benchmarks/compile_cost.py --cpp`); a CUDA
 candidate's 8.8 s against 12.1 s on this project's 2-core CPU (GCC still instantiates, in
 every compile, the templates the header's inline functions use: what a smaller header
-saves). `KB_PCH_SLIM=0` skips the slim tier. Anything else (linking, `-E`, version queries, other
-sources) goes straight to the real compiler (`KB_PCH_CXX`), and so does every compile
-when `KB_PCH_BYPASS` is set (the builder's retry after a failure it blames on us). Any
-trouble with the PCH itself means compiling without it, never failing. Torch's own
+saves). `KB_PCH_SLIM=0` skips the slim tier.
+
+Anything else (linking, `-E`, version queries, other sources) goes straight to the real
+compiler (`KB_PCH_CXX`), and so does every compile when `KB_PCH_BYPASS` is set (the
+builder's retry after a failure it blames on us). Any trouble with the PCH itself means
+compiling without it, never failing. Torch's own
 `use_pch` writes into torch's install folder; this keeps everything inside our cache.
 Run as a script: it imports nothing of kb_eval, so each compile pays only a bare Python
 start.
