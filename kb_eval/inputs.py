@@ -55,12 +55,18 @@ def cast_tree(x: Any, dtype: torch.dtype) -> Any:
 
 
 def seed_for(device: str | torch.device, seed: int) -> None:
-    """Seed the generator that draws on `device`. On a CPU only the CPU's: torch.manual_seed
-    also queues a seed for every accelerator not yet started, formatting a stack trace for
-    each (0.5 ms a call on the 2-core CPU, 100 timed calls a side per sample)."""
-    if torch.device(device).type == "cpu":
-        torch.default_generator.manual_seed(seed)
-    else:
+    """Seed the generators that draw on `device`: the CPU's (a `get_inputs` may draw there
+    too) and, on a GPU, that device's. Not torch.manual_seed: it also queues a seed for
+    every accelerator not yet started, formatting a stack trace for each (0.5 ms a draw on
+    the 2-core CPU; on the H100, XPU's and MTIA's made 45 ms of each sample's timing step,
+    both sides' draws, py-spy), and seeds every GPU where a child sees one. The same
+    generators get the same seed, so the inputs are those torch.manual_seed gave."""
+    dev = torch.device(device)
+    torch.default_generator.manual_seed(seed)
+    if dev.type == "cuda" and torch.cuda.is_initialized():
+        index = dev.index if dev.index is not None else torch.cuda.current_device()
+        torch.cuda.default_generators[index].manual_seed(seed)
+    elif dev.type != "cpu":  # CUDA not started yet (its first draw), or another device
         torch.manual_seed(seed)
 
 

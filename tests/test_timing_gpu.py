@@ -135,3 +135,23 @@ def test_baseline_launches_from_the_pairing_core_and_records_the_gpu_state(tmp_p
     before, after = record["gpu"]["before"], record["gpu"]["after"]
     assert before["sm_mhz"] > 0 and after["sm_mhz"] > 0 and after["temp_c"] > 0
     assert isinstance(after["slowdowns"], list)
+
+
+def test_inputs_drawn_on_the_gpu_are_those_torch_manual_seed_gave():
+    """seed_for seeds the CPU's and the device's generators only (not torch.manual_seed,
+    whose lazy seeding of other accelerators cost 45 ms a sample): same values."""
+    from kb_eval.inputs import make_inputs
+
+    def get_inputs():
+        return [torch.randn(64, 33), torch.rand(7), torch.randint(0, 9, (5,)),
+                torch.randn(3, device="cpu")]
+
+    torch.empty(1, device="cuda")  # CUDA started, as in every child that draws
+    for seed in (0, 12345, 2 ** 62 + 7):
+        ours = make_inputs(get_inputs, seed, "cuda:0", torch.float32)
+        torch.manual_seed(seed)
+        with torch.device("cuda:0"):
+            theirs = get_inputs()
+        assert [t.device.type for t in ours] == ["cuda", "cuda", "cuda", "cpu"]
+        for a, b in zip(ours, theirs):
+            assert torch.equal(a, b)
