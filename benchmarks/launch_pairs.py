@@ -7,10 +7,7 @@ of the reference can come out at. Needs CUDA:
     python benchmarks/launch_pairs.py KERNELBENCH_DIR 3/7 --pairs 6 --cores same
 
 --cores: free (the scheduler's choice), same (both on one core, as the pairing pins them,
-kb_eval/eval/schedule/pinning.py) or apart (two different fixed cores). `--a-like-server N`:
-side A first does what a reference server has done by then (imports the judge, runs the
-problem's meta-device plan, loads and runs N other problems of the level), to see whether
-a long-lived server launches slower than a fresh child.
+kb_eval/eval/schedule/pinning.py) or apart (two different fixed cores).
 On the H100 machine (16 cores): GoogleNet (3/7), free 0.962-1.153, same 0.973-1.005.
 """
 
@@ -27,31 +24,7 @@ from pathlib import Path
 ROUNDS, DROPPED, CALLS = 12, 2, 5
 
 
-def like_server(folder: str, level: str, number: str, others: int, dev) -> list:
-    """What a reference server did before timing this problem (see the module docstring);
-    the other problems' models, kept as the server keeps them."""
-    import torch
-
-    from kb_eval.eval.judge.reference_worker import plan_problem
-    from kb_eval.harness import inputs_for, load_problem, reference_model
-
-    kept = []
-    paths = sorted((Path(folder) / f"level{level}").glob("*.py"))
-    for path in [p for p in paths if not p.name.startswith(f"{number}_")][:others]:
-        try:
-            module, init = load_problem(path.read_text(), "fp32", dev)
-            model = reference_model(module, init, "fp32", dev)
-            with torch.no_grad():
-                model(*inputs_for(module, 5, ("correct", 0), "fp32", dev))
-            kept.append(model)
-        except Exception as e:  # noqa: BLE001 - a problem too big beside the others
-            print(f"skipped {path.name}: {type(e).__name__}", file=sys.stderr)
-    path = next((Path(folder) / f"level{level}").glob(f"{number}_*.py"))
-    plan_problem({"problem_code": path.read_text(), "precision": "fp32"}, dev)
-    return kept
-
-
-def side(folder: str, problem: str, device: str, others: str = "-1") -> None:
+def side(folder: str, problem: str, device: str) -> None:
     """One process: load the problem, then time a round per line read from stdin."""
     import torch
 
@@ -60,7 +33,6 @@ def side(folder: str, problem: str, device: str, others: str = "-1") -> None:
 
     dev = torch.device(device)
     level, number = problem.split("/")
-    kept = like_server(folder, level, number, int(others), dev) if int(others) >= 0 else []
     path = next((Path(folder) / f"level{level}").glob(f"{number}_*.py"))
     module, init = load_problem(path.read_text(), "fp32", dev)
     model = reference_model(module, init, "fp32", dev)
@@ -84,13 +56,12 @@ def side(folder: str, problem: str, device: str, others: str = "-1") -> None:
                   flush=True)
 
 
-def one_pair(folder: str, problem: str, device: str, cores: tuple,
-             a_others: int = -1) -> tuple[float, list]:
+def one_pair(folder: str, problem: str, device: str, cores: tuple) -> tuple[float, list]:
     procs = []
-    for k, core in enumerate(cores):
+    for core in cores:
         pin = [] if core is None else ["taskset", "-c", str(core)]
         procs.append(subprocess.Popen(pin + [sys.executable, __file__, "--side", folder, problem,
-                                             device, str(a_others if k == 0 else -1)],
+                                             device],
                                       text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE))
     for p in procs:
         if p.stdout.readline().strip() != "ready":
@@ -110,7 +81,7 @@ def one_pair(folder: str, problem: str, device: str, cores: tuple,
 
 def main() -> None:
     if sys.argv[1:2] == ["--side"]:
-        return side(*sys.argv[2:6])
+        return side(*sys.argv[2:5])
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("kernelbench", help="a KernelBench folder (level1/, level2/, level3/)")
     ap.add_argument("problem", help="LEVEL/NUMBER, e.g. 3/7")
@@ -118,16 +89,12 @@ def main() -> None:
     ap.add_argument("--cores", choices=["free", "same", "apart"], default="free",
                     help="where the two processes run (see above)")
     ap.add_argument("--device", default="cuda", help="cuda, or cpu to try the script")
-    ap.add_argument("--a-like-server", type=int, default=-1, metavar="N",
-                    help="side A first does a reference server's work: the judge imported, "
-                         "the problem's plan, N other problems loaded and run (-1: off)")
     args = ap.parse_args()
     last = sorted(os.sched_getaffinity(0))[-1]
     cores = {"free": (None, None), "same": (last, last), "apart": (last, last - 1)}[args.cores]
     ratios = []
     for n in range(args.pairs):
-        ratio, (a, b) = one_pair(args.kernelbench, args.problem, args.device, cores,
-                                     args.a_like_server)
+        ratio, (a, b) = one_pair(args.kernelbench, args.problem, args.device, cores)
         ratios.append(ratio)
         ms = [statistics.median(x["ms"] for x in rows) for rows in (a, b)]
         launch = [statistics.median(x["launch"] or 0.0 for x in rows) for rows in (a, b)]

@@ -10,7 +10,8 @@ bookkeeping showed the same gap (layernorm B16xS512 bf16: 39 us bare, 67-76 us w
 No bookkeeping is free on a host, so the reference server runs this same code around its
 own calls, with a tripwire snapshot and ledger of its own (they find nothing there):
 whatever it costs, both sides pay it. Only the candidate's re-checks (a few calls of
-100) are its alone.
+100) and its full tripwire check after a round's last call (no timed call follows it in
+the round) are its alone.
 """
 
 from __future__ import annotations
