@@ -31,8 +31,7 @@ def restore():
     saved = [(t, "perf_counter_ns", t.perf_counter_ns), (torch, "allclose", torch.allclose),
              (timing, "clocks", timing.clocks), (clocks, "perf_counter", clocks.perf_counter),
              (timing.TimingStats, "of", timing.TimingStats.__dict__["of"]),
-             (torch, "default_generator", torch.default_generator),
-             (torch.cuda, "default_generators", torch.cuda.default_generators)]
+             (torch, "default_generator", torch.default_generator)]
     tf32 = torch.backends.cuda.matmul.allow_tf32
     yield
     for obj, name, value in saved:
@@ -59,8 +58,6 @@ def test_tripwires_quiet_when_nothing_changes():
      "torch.backends.cuda.matmul.allow_tf32"),
     # the generators inputs are seeded on (inputs.seed_for)
     (lambda: setattr(torch, "default_generator", torch.Generator()), "torch.default_generator"),
-    (lambda: setattr(torch.cuda, "default_generators", (torch.Generator(),)),
-     "torch.cuda.default_generators"),
 ])
 def test_tripwires_see_patches(restore, patch, seen):
     snap = integrity.Snapshot()
