@@ -254,17 +254,17 @@ def _alive(pid: str) -> bool:
 
 
 # ------------------------------------------------------------------ the front
-def include_folder(real: str, args: list[str], slim: bool = False) -> Path | None:
-    """The PCH folder for this compile, or None; never raises: trouble with the PCH
-    means compiling without it. `slim`: the slim tier's folder (its PCH's, or while
-    there is none the header's own), None when the compile is not one of ours."""
+def include_folder(real: str, found: tuple[list[str], str] | None,
+                   slim: bool = False) -> Path | None:
+    """The PCH folder for a compile that `split` took apart as `found` (None: not one of
+    ours), or None; never raises: trouble with the PCH means compiling without it.
+    `slim`: the slim tier's folder (its PCH's, or while there is none the header's own)."""
     root = os.environ.get("KB_PCH_DIR")
-    if not root or os.environ.get(BYPASS_VAR):
+    if not root or os.environ.get(BYPASS_VAR) or found is None:
+        return None
+    if slim and os.environ.get(SLIM_VAR) == "0":
         return None
     try:
-        found = split(args)
-        if found is None or (slim and os.environ.get(SLIM_VAR) == "0"):
-            return None
         made = ensure_pch(real, Path(root), found[0], slim)
         return made or (Path(root) / SLIM_FOLDER if slim else None)
     except Exception:  # noqa: BLE001 - any PCH trouble: compile without it
@@ -274,14 +274,18 @@ def include_folder(real: str, args: list[str], slim: bool = False) -> Path | Non
 def main(argv: list[str]) -> int:
     real = os.environ.get("KB_PCH_CXX", "c++")
     args = argv[1:]
-    slim = include_folder(real, args, slim=True)
+    try:
+        found = split(args)  # once for both tiers (it reads the source's first line)
+    except Exception:  # noqa: BLE001 - any trouble: not a compile of ours
+        found = None
+    slim = include_folder(real, found, slim=True)
     if slim is not None:  # the slim tier first; its failure, for any reason, is not shown
         tried = subprocess.run([real, "-I", str(slim), *args], capture_output=True)
         if tried.returncode == 0:
             sys.stdout.buffer.write(tried.stdout)
             sys.stderr.buffer.write(tried.stderr)
             return 0
-    folder = include_folder(real, args)
+    folder = include_folder(real, found)
     if folder is not None:
         args = ["-I", str(folder), *args]
     os.execvp(real, [real, *args])
