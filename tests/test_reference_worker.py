@@ -89,21 +89,33 @@ def test_fixed_outputs_computed_once_timed_ones_every_sample(tmp_path):
     assert r["seen"]["correct_1"]["same_as_first"] is False  # kept with the outputs
 
 
-def test_a_recheck_equal_to_the_reference_needs_no_float64_run(tmp_path):
-    """Correctness trials always get their float64 truth; a re-checked timed call only
-    when the candidate's output differs from the reference's (equal ones pass the float64
-    rule whatever the truth), so each label's forward runs twice or once."""
-    labels = [["correct", 0], ["timing", 3, 77], ["timing", 5, 79]]
-    _candidate_files(tmp_path, labels, wrong={"timing_5_4f"})
+def test_an_output_equal_to_the_reference_needs_no_float64_run(tmp_path):
+    """The first correctness trial always gets its float64 truth (it says whether the
+    reference runs in float64 at all); any other label only when the candidate's output
+    differs from the reference's (equal ones pass the float64 rule whatever the truth),
+    so each label's forward runs twice or once."""
+    labels = [["correct", 0], ["correct", 1], ["correct", 2], ["timing", 3, 77],
+              ["timing", 5, 79]]
+    _candidate_files(tmp_path, labels, wrong={"timing_5_4f", "correct_2"})
     payload = _payload(tmp_path, labels)
     payload["compare"].update(truth=True, rule="f64")
     r = reference_worker.compare_sample(payload, tmp_path)
-    assert _calls() == 2 + 1 + 2
+    assert _calls() == 2 + 1 + 2 + 1 + 2
     f64 = {k: d["f64"] for k, d in r["diffs"].items()}
     assert f64["correct_0"]["ok"] and "identical" not in f64["correct_0"]
-    assert f64["timing_3_4d"] == {"ok": True, "error": None, "ratio": None,
-                                  "norm_ratio": None, "identical": True}
-    assert not f64["timing_5_4f"]["ok"] and not r["diffs"]["timing_5_4f"]["ok"]
+    for equal in ("correct_1", "timing_3_4d"):
+        assert f64[equal] == {"ok": True, "error": None, "ratio": None,
+                              "norm_ratio": None, "identical": True}
+    for wrong in ("correct_2", "timing_5_4f"):
+        assert not f64[wrong]["ok"] and not r["diffs"][wrong]["ok"]
+
+    # the next sample, wrong on correct_1: its truth is computed then, and kept
+    _candidate_files(tmp_path, labels[:3], wrong={"correct_1"})
+    r = reference_worker.compare_sample({**payload, "labels": labels[:3]}, tmp_path)
+    assert _calls() == 8 + 1
+    assert not r["diffs"]["correct_1"]["f64"]["ok"] and r["diffs"]["correct_2"]["f64"]["ok"]
+    (problem,) = reference_worker._LOADED.values()
+    assert {"correct_0", "correct_1", "correct_2"} <= set(problem.truth)
 
 
 def test_nothing_kept_without_room(tmp_path):

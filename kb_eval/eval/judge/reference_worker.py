@@ -72,6 +72,7 @@ class Problem:
     seen: dict[str, dict] = field(default_factory=dict)
     truth: dict[str, list[torch.Tensor]] = field(default_factory=dict)  # float64 outputs
     truth_error: str | None = None  # the reference cannot run in float64: why
+    truth_ran: bool = False  # it did once (the later trials' truths may wait: _lazy_truth)
     first: list | None = None  # fingerprints of correct_0's outputs: input-independent?
     peak_bytes: int | None = None  # the device memory a forward took, inputs included
     # The baseline timed live, per mode other than eager: the compiled model, or why the
@@ -177,20 +178,20 @@ def _reference_outputs(p: Problem, payload: dict, name: str, kind: str, i: int, 
     return tensors, seen, truth
 
 
-# A re-checked timed call's or the shape probe's float64 truth is computed only when the
-# candidate's output differs from the reference's (identical outputs pass the float64 rule
-# whatever the truth: judge/truth.py), for problems whose inputs and outputs are small
-# enough to keep the inputs until then. On the H100 the truth took 70 of the reference
-# server's 159 busy seconds over KernelBench level 2's copies (5 trials and up to 8
-# re-checks a sample, float64 convolutions being slow there).
+# A label's float64 truth is computed only when the candidate's output differs from the
+# reference's (identical outputs pass the float64 rule whatever the truth: judge/truth.py),
+# for problems whose inputs and outputs are small enough to keep the inputs until then.
+# On the H100 the truth took 70 of the reference server's 159 busy seconds over KernelBench
+# level 2's copies (5 trials and up to 8 re-checks a sample, float64 convolutions being
+# slow there), and 62 s of level 1's with the re-checks already lazy.
 LAZY_TRUTH_MAX_BYTES = 1 << 30
 
 
 def _lazy_truth(p: Problem, kind: str, inputs: list, tensors: list) -> bool:
-    """Whether this label's truth may wait for the comparison: not a correctness trial's
-    (those say once per problem whether the reference runs in float64 at all, and are
-    kept), not when that is already known to fail, and not for large inputs."""
-    return (kind != "correct" and p.truth_error is None
+    """Whether this label's truth may wait for the comparison: a correctness trial's only
+    once a truth ran for the problem (the first says whether the reference runs in
+    float64 at all), never when that is known to fail, and not for large inputs."""
+    return ((kind != "correct" or p.truth_ran) and p.truth_error is None
             and tensor_bytes(inputs) + tensor_bytes(tensors) <= LAZY_TRUTH_MAX_BYTES)
 
 
@@ -225,6 +226,7 @@ def _float64_truth(p: Problem, inputs: list, precision: str,
             out = with_room(lambda: model(*[cast_tree(x, torch.float64) for x in inputs]),
                             device)
             sync(device)
+        p.truth_ran = True
         return [t.detach() for t in output_tensors(out)]
     except Exception as e:  # noqa: BLE001 - an op without float64 support, a fixed dtype
         p.truth_error = ("the reference does not run in float64: "
@@ -388,7 +390,8 @@ def time_round(payload: dict, device: torch.device) -> dict:
 
 
 def estimate_call(payload: dict, device: torch.device) -> dict:
-    """{"ms": a rough time of one call of what paired rounds time (the baseline model), or
+    """{"ms": a rough time of one call of what paired rounds time (the baseline model),
+    "launch_ms": the part of it until the call returned (its launches, on a GPU), or
     None}: the second of two synchronized calls, by the host's clock. It sizes each
     sample's timed calls (timing.budgeted): never a figure that is scored, so it is
     taken beside other children's untimed work, whose noise only moves that count."""
@@ -401,11 +404,12 @@ def estimate_call(payload: dict, device: torch.device) -> dict:
         for _ in range(2):
             started = clocks.perf_counter()
             timed(*inputs)
+            returned = clocks.perf_counter()
             sync(device)
     ms = (clocks.perf_counter() - started) * 1e3
     del inputs
     release(device)
-    return {"ms": ms}
+    return {"ms": ms, "launch_ms": (returned - started) * 1e3 if device.type == "cuda" else None}
 
 
 def baseline_model(p: Problem, payload: dict, device: torch.device):

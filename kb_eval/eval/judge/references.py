@@ -75,6 +75,7 @@ class ReferenceState:
     timing_error: str | None = None  # live baseline: why the compiler could not take it
     plan: MemoryPlan | None = None
     call_ms: float | None = None  # a rough reference call (sizes the timed calls)
+    launch_ms: float | None = None  # of it, until the call returned (GPU: launch-bound?)
     estimated: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -223,10 +224,12 @@ class ReferenceStore:
                     "estimate": True, "problem_code": problem.code,
                     "device": self.ctx.torch_device(device), "precision": cfg.precision,
                     "seed": self.ctx.problem_seed(problem), "baseline_mode": cfg.baseline_mode})
-                ms = (out.result or {}).get("ms") if out.ok else None
+                ms, launch = ((out.result or {}).get(k) if out.ok else None
+                              for k in ("ms", "launch_ms"))
                 state.call_ms = float(ms) if isinstance(ms, (int, float)) else None
+                state.launch_ms = float(launch) if isinstance(launch, (int, float)) else None
                 state.estimated = True
-            return budgeted(settings, state.call_ms)
+            return budgeted(settings, state.call_ms, state.launch_ms)
 
     def export(self, device: str, key: str, n: int, nbytes: int) -> dict | None:
         """`n` buffers of `nbytes` on `device` for one sample's outputs (wire/device.py):
