@@ -132,3 +132,35 @@ def _running(pid: int) -> bool:
     except OSError:
         return False
     return stat.rpartition(")")[2].split()[:1] != ["Z"]
+
+
+def test_scratch_folders_of_processes_gone_are_removed_at_first_use(tmp_path, monkeypatch):
+    """A run killed outright (SIGKILL) never reaches its exit handlers: its zygotes' and
+    spares' folders stay under $TMPDIR until the next run names its own."""
+    import subprocess
+    import sys
+
+    from kb_eval.isolation import procs
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        for kind in ("zygotes", "spares"):
+            for pid in (gone.pid, alive.pid):
+                (tmp_path / f"kb_eval_{kind}_{pid}").mkdir()
+                (tmp_path / f"kb_eval_{kind}_{pid}" / "x.log").write_text("log")
+        (tmp_path / "kb_eval_zygotes_notapid").mkdir()
+        assert procs.scratch_dir("zygotes") == tmp_path / f"kb_eval_zygotes_{os.getpid()}"
+        left = {p.name for p in tmp_path.iterdir()}
+        assert f"kb_eval_zygotes_{gone.pid}" not in left
+        assert {f"kb_eval_zygotes_{alive.pid}", f"kb_eval_spares_{gone.pid}",
+                "kb_eval_zygotes_notapid"} <= left  # the living's, and another kind's
+        assert (tmp_path / f"kb_eval_spares_{gone.pid}").exists()
+        procs.scratch_dir("spares")
+        assert not (tmp_path / f"kb_eval_spares_{gone.pid}").exists()
+        assert (tmp_path / f"kb_eval_spares_{alive.pid}" / "x.log").exists()
+    finally:
+        alive.kill()
+        alive.wait()

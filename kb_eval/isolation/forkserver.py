@@ -153,7 +153,14 @@ class ForkServers:
         self.servers: OrderedDict[str, ForkServer] = OrderedDict()  # least recently used first
         self.starts: dict[str, int] = {}
         self.told: set[str] = set()
-        self.dir = Path(os.environ.get("TMPDIR", "/tmp")) / f"kb_eval_zygotes_{os.getpid()}"
+        self._dir: Path | None = None
+
+    @property
+    def dir(self) -> Path:
+        """The zygotes' folder, named at first use (procs.scratch_dir)."""
+        if self._dir is None:
+            self._dir = procs.scratch_dir("zygotes")
+        return self._dir
 
     def enabled(self) -> bool:
         return (os.environ.get(ENABLE_VAR, "1") != "0" and sys.platform.startswith("linux")
@@ -209,7 +216,8 @@ class ForkServers:
         for server in servers:
             if server.error is None:
                 server.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
 
 
 FORK_SERVERS = ForkServers()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -147,6 +148,33 @@ def _reap_once() -> bool:
                 except (ProcessLookupError, ChildProcessError, PermissionError):
                     pass
     return killed
+
+
+def scratch_dir(kind: str) -> Path:
+    """This process's scratch folder for `kind` (kb_eval_<kind>_<pid> under $TMPDIR, made
+    by its user), after removing those of processes that are gone: a run killed outright
+    (SIGKILL, a lost machine) never reached its exit handlers, which remove their own."""
+    root = Path(os.environ.get("TMPDIR", "/tmp"))
+    prefix = f"kb_eval_{kind}_"
+    try:
+        found = [p for p in root.iterdir() if p.name.startswith(prefix)]
+    except OSError:
+        found = []
+    for path in found:
+        pid = path.name[len(prefix):]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+    return root / f"{prefix}{os.getpid()}"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def file_size(path: Path) -> int:

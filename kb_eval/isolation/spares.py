@@ -11,6 +11,7 @@ import threading
 import time
 from pathlib import Path
 
+from kb_eval.isolation import procs
 from kb_eval.isolation.handle import Child
 
 
@@ -22,7 +23,14 @@ class Spares:
         self.lock = threading.Lock()
         # per task environment: (child, the whole environment it started with)
         self.waiting: dict[str, list[tuple[Child, str]]] = {}
-        self.dir = Path(os.environ.get("TMPDIR", "/tmp")) / f"kb_eval_spares_{os.getpid()}"
+        self._dir: Path | None = None
+
+    @property
+    def dir(self) -> Path:
+        """The spares' log folder, named at first use (procs.scratch_dir)."""
+        if self._dir is None:
+            self._dir = procs.scratch_dir("spares")
+        return self._dir
 
     def _key(self, env: dict | None, module: str) -> str:
         return json.dumps([env or {}, module], sort_keys=True)
@@ -69,7 +77,8 @@ class Spares:
             self.waiting = {}
         for child in children:
             child.kill_all()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
 
 
 SPARES = Spares()
