@@ -152,13 +152,13 @@ def test_scratch_folders_of_processes_gone_are_removed_at_first_use(tmp_path, mo
                 (tmp_path / f"kb_eval_{kind}_{pid}").mkdir()
                 (tmp_path / f"kb_eval_{kind}_{pid}" / "x.log").write_text("log")
         (tmp_path / "kb_eval_zygotes_notapid").mkdir()
-        assert procs.scratch_dir("zygotes") == tmp_path / f"kb_eval_zygotes_{os.getpid()}"
+        assert procs.ScratchDir("zygotes").path == tmp_path / f"kb_eval_zygotes_{os.getpid()}"
         left = {p.name for p in tmp_path.iterdir()}
         assert f"kb_eval_zygotes_{gone.pid}" not in left
         assert {f"kb_eval_zygotes_{alive.pid}", f"kb_eval_spares_{gone.pid}",
                 "kb_eval_zygotes_notapid"} <= left  # the living's, and another kind's
         assert (tmp_path / f"kb_eval_spares_{gone.pid}").exists()
-        procs.scratch_dir("spares")
+        procs.ScratchDir("spares").path
         assert not (tmp_path / f"kb_eval_spares_{gone.pid}").exists()
         assert (tmp_path / f"kb_eval_spares_{alive.pid}" / "x.log").exists()
     finally:

@@ -16,7 +16,6 @@ import atexit
 import contextlib
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -153,14 +152,7 @@ class ForkServers:
         self.servers: OrderedDict[str, ForkServer] = OrderedDict()  # least recently used first
         self.starts: dict[str, int] = {}
         self.told: set[str] = set()
-        self._dir: Path | None = None
-
-    @property
-    def dir(self) -> Path:
-        """The zygotes' folder, named at first use (procs.scratch_dir)."""
-        if self._dir is None:
-            self._dir = procs.scratch_dir("zygotes")
-        return self._dir
+        self.scratch = procs.ScratchDir("zygotes")
 
     def enabled(self) -> bool:
         return (os.environ.get(ENABLE_VAR, "1") != "0" and sys.platform.startswith("linux")
@@ -181,7 +173,7 @@ class ForkServers:
                 self._make_room()
                 self.starts[key] = self.starts.get(key, 0) + 1
                 try:
-                    server = self.servers[key] = ForkServer(env, self.dir)
+                    server = self.servers[key] = ForkServer(env, self.scratch.path)
                 except OSError:  # no zygote could be started (e.g. out of memory)
                     return None
             if server.error and key not in self.told:
@@ -216,8 +208,7 @@ class ForkServers:
         for server in servers:
             if server.error is None:
                 server.close()
-        if self._dir is not None:
-            shutil.rmtree(self._dir, ignore_errors=True)
+        self.scratch.remove()
 
 
 FORK_SERVERS = ForkServers()

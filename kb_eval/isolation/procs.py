@@ -150,21 +150,33 @@ def _reap_once() -> bool:
     return killed
 
 
-def scratch_dir(kind: str) -> Path:
-    """This process's scratch folder for `kind` (kb_eval_<kind>_<pid> under $TMPDIR, made
-    by its user), after removing those of processes that are gone: a run killed outright
-    (SIGKILL, a lost machine) never reached its exit handlers, which remove their own."""
-    root = Path(os.environ.get("TMPDIR", "/tmp"))
-    prefix = f"kb_eval_{kind}_"
-    try:
-        found = [p for p in root.iterdir() if p.name.startswith(prefix)]
-    except OSError:
-        found = []
-    for path in found:
-        pid = path.name[len(prefix):]
-        if pid.isdigit() and not _alive(int(pid)):
-            shutil.rmtree(path, ignore_errors=True)
-    return root / f"{prefix}{os.getpid()}"
+class ScratchDir:
+    """This process's scratch folder for `kind`: kb_eval_<kind>_<pid> under $TMPDIR, named
+    at first use, after removing those of processes that are gone (a run killed outright,
+    SIGKILL or a lost machine, never reached the exit handlers that remove their own)."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+        self._path: Path | None = None
+
+    @property
+    def path(self) -> Path:
+        if self._path is None:
+            root, prefix = Path(os.environ.get("TMPDIR", "/tmp")), f"kb_eval_{self.kind}_"
+            try:
+                found = [p for p in root.iterdir() if p.name.startswith(prefix)]
+            except OSError:
+                found = []
+            for old in found:
+                pid = old.name[len(prefix):]
+                if pid.isdigit() and not _alive(int(pid)):
+                    shutil.rmtree(old, ignore_errors=True)
+            self._path = root / f"{prefix}{os.getpid()}"
+        return self._path
+
+    def remove(self) -> None:
+        if self._path is not None:
+            shutil.rmtree(self._path, ignore_errors=True)
 
 
 def _alive(pid: int) -> bool:

@@ -6,10 +6,8 @@ from __future__ import annotations
 import atexit
 import json
 import os
-import shutil
 import threading
 import time
-from pathlib import Path
 
 from kb_eval.isolation import procs
 from kb_eval.isolation.handle import Child
@@ -23,14 +21,7 @@ class Spares:
         self.lock = threading.Lock()
         # per task environment: (child, the whole environment it started with)
         self.waiting: dict[str, list[tuple[Child, str]]] = {}
-        self._dir: Path | None = None
-
-    @property
-    def dir(self) -> Path:
-        """The spares' log folder, named at first use (procs.scratch_dir)."""
-        if self._dir is None:
-            self._dir = procs.scratch_dir("spares")
-        return self._dir
+        self.scratch = procs.ScratchDir("spares")
 
     def _key(self, env: dict | None, module: str) -> str:
         return json.dumps([env or {}, module], sort_keys=True)
@@ -65,9 +56,9 @@ class Spares:
         key, inherited = self._key(env, module), self._inherited()
         with self.lock:
             queue = self.waiting.setdefault(key, [])
-            self.dir.mkdir(parents=True, exist_ok=True)
+            self.scratch.path.mkdir(parents=True, exist_ok=True)
             while len(queue) < depth:
-                log = self.dir / f"spare_{time.monotonic_ns()}.log"
+                log = self.scratch.path / f"spare_{time.monotonic_ns()}.log"
                 queue.append((Child.start(env, log, module), inherited))
 
     def close(self) -> None:
@@ -77,8 +68,7 @@ class Spares:
             self.waiting = {}
         for child in children:
             child.kill_all()
-        if self._dir is not None:
-            shutil.rmtree(self._dir, ignore_errors=True)
+        self.scratch.remove()
 
 
 SPARES = Spares()
