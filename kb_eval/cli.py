@@ -118,6 +118,7 @@ def add_results_dir_flag(p: argparse.ArgumentParser, default: Path, what: str) -
 # kb_eval.eval (torch) before --help answers; tests/test_user_mistakes.py checks they agree.
 RECHECK_TIMED_DEFAULT = 8
 TIMING_BUDGET_MS_DEFAULT = 100.0  # TimingSettings.budget_ms's, likewise
+LAUNCH_BUDGET_MS_DEFAULT = 1000.0  # TimingSettings.launch_budget_ms's, likewise
 ROUND_SPIN_UP_MS_DEFAULT = 2.0  # TimingSettings.round_spin_up_ms's, likewise
 
 
@@ -125,9 +126,11 @@ def add_timing_budget_flag(p: argparse.ArgumentParser, default: float | None) ->
     """--timing-budget-ms (kb_eval.eval and kb_eval.run); `default` None: filled in later."""
     p.add_argument("--timing-budget-ms", type=float, default=default, metavar="MS",
                    help="fewer timed calls for slow problems: per sample, as many as take "
-                        "about MS at the reference's speed (estimated once per problem), "
-                        "never fewer than one per paired round (20) nor more than --trials "
-                        f"(default: {TIMING_BUDGET_MS_DEFAULT:g}; 0: always --trials)")
+                        "about MS at the reference's speed (estimated once per problem; a "
+                        "launch-bound reference, whose time is its host's pace, gets "
+                        f"{LAUNCH_BUDGET_MS_DEFAULT:g} ms when that is more), never fewer than one per paired round (20) "
+                        f"nor more than --trials (default: {TIMING_BUDGET_MS_DEFAULT:g}; 0: "
+                        "always --trials)")
 
 
 def check_timing_budget(args) -> None:

@@ -173,6 +173,9 @@ def test_recheck_default_matches_the_eval_config():
     from kb_eval.cli import ROUND_SPIN_UP_MS_DEFAULT
 
     assert TimingSettings.model_fields["round_spin_up_ms"].default == ROUND_SPIN_UP_MS_DEFAULT
+    from kb_eval.cli import LAUNCH_BUDGET_MS_DEFAULT
+
+    assert TimingSettings.model_fields["launch_budget_ms"].default == LAUNCH_BUDGET_MS_DEFAULT
 
 
 # ------------------------------------------------------------------ --help and shared flags
