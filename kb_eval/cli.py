@@ -128,9 +128,9 @@ def add_timing_budget_flag(p: argparse.ArgumentParser, default: float | None) ->
                    help="fewer timed calls for slow problems: per sample, as many as take "
                         "about MS at the reference's speed (estimated once per problem; a "
                         "launch-bound reference, whose time is its host's pace, gets "
-                        f"{LAUNCH_BUDGET_MS_DEFAULT:g} ms when that is more), never fewer than one per paired round (20) "
-                        f"nor more than --trials (default: {TIMING_BUDGET_MS_DEFAULT:g}; 0: "
-                        "always --trials)")
+                        f"{LAUNCH_BUDGET_MS_DEFAULT:g} ms when that is more), never fewer "
+                        "than one per paired round (20) nor more than --trials (default: "
+                        f"{TIMING_BUDGET_MS_DEFAULT:g}; 0: always --trials)")
 
 
 def check_timing_budget(args) -> None:
