@@ -173,9 +173,8 @@ def _reference_outputs(p: Problem, payload: dict, name: str, kind: str, i: int, 
         keep(None)
         return tensors, seen, truth_later
     truth = _float64_truth(p, inputs, precision, device) if want_truth else None
-    del inputs
     keep(truth)
-    return tensors, seen, truth
+    return tensors, seen, truth  # the inputs are freed here (truth_later above keeps them)
 
 
 # A label's float64 truth is computed only when the candidate's output differs from the
