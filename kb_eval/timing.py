@@ -54,7 +54,7 @@ def spent(part: str):
 
 
 # What settings stored before these fields existed were timed with (_stored_before).
-STORED_BEFORE = {"round_spin_up_ms": 10.0, "launch_cover_ms": 0.0, "launch_budget_ms": None}
+STORED_BEFORE = {"round_spin_up_ms": 10.0, "launch_cover_ms": 0.0, "launch_budget_ms": 0.0}
 
 
 class TimingSettings(BaseModel):
@@ -75,13 +75,13 @@ class TimingSettings(BaseModel):
                              "ones: as many as take about this long at the reference's "
                              "speed, at least one per paired round, at most `trials` "
                              "(0: always `trials`)")
-    launch_budget_ms: float | None = Field(1000.0, ge=0, description="eval: the budget "
+    launch_budget_ms: float = Field(1000.0, ge=0, description="eval: the budget "
                                            "instead of `budget_ms` (when larger) for a "
                                            "launch-bound reference (its host's launching "
                                            "takes most of a call: its time is the host's "
                                            "pace, which swings from one round to the next), "
                                            "so that its rounds have several calls each "
-                                           "(None: `budget_ms` for every call)")
+                                           "(0: `budget_ms` for every call)")
     launch_cover_ms: float = Field(0.25, ge=0, description="CUDA: GPU work (ms) queued "
                                    "after the flush, ahead of each call's start event, so "
                                    "that the host's path to the call's first kernel is not "

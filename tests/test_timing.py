@@ -108,7 +108,7 @@ def test_budgeted_calls_by_hand():
 def test_launch_bound_calls_get_their_own_budget():
     """A reference whose host spent most of a call launching it (LAUNCH_BOUND_SHARE) is
     timed with `launch_budget_ms` when that is larger; a GPU-bound one, one without a
-    launch figure (a CPU), or settings stored before the field (None) keep `budget_ms`."""
+    launch figure (a CPU), or settings stored before the field (0) keep `budget_ms`."""
     from kb_eval.timing import LAUNCH_BOUND_SHARE, budgeted
 
     s = TimingSettings(trials=100, paired_rounds=20, budget_ms=100, launch_budget_ms=1000)
@@ -120,7 +120,8 @@ def test_launch_bound_calls_get_their_own_budget():
     assert budgeted(s, 20.0, edge).trials == 50 and budgeted(s, 20.0, edge * 0.99).trials == 20
     assert budgeted(s.model_copy(update={"launch_budget_ms": 50}), 5.0, 5.0).trials == 20
     assert budgeted(s.model_copy(update={"budget_ms": 0}), 20.0, 20.0).trials == 100
-    stored = TimingSettings.model_validate({**s.model_dump(), "launch_budget_ms": None})
+    stored = TimingSettings.model_validate({**s.model_dump(), "launch_budget_ms": 0})
     assert budgeted(stored, 20.0, 20.0).trials == 20
     old = {k: v for k, v in s.model_dump().items() if k != "launch_budget_ms"}
-    assert TimingSettings.model_validate(old).launch_budget_ms is None  # a dump from before
+    assert TimingSettings.model_validate(old).launch_budget_ms == 0  # a dump from before
+    assert budgeted(TimingSettings.model_validate(old), 20.0, 20.0).trials == 20
