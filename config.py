@@ -40,6 +40,7 @@ DEFAULTS = dict(
     cpu_trials=5,             # timed calls for cpp candidates on the CPU (CPU runs are slow)
     cpu_warmup=1,             # untimed calls before those
     correct_trials=5,         # correctness trials, each with fresh inputs
+    baseline_visits=3,        # kb_eval.baseline on a GPU: each problem timed in 3 children, a sweep apart
     build_timeout_s=600,
     run_timeout_s=300,
     mem_limit_mb=16000,       # host memory per child process

@@ -5,6 +5,7 @@ timed as the eval times it (kb_eval.timing: L2 flush, launch cover, CUDA events)
     python benchmarks/slow_state_probe.py buffers    # K input sets interleaved call by call
     python benchmarks/slow_state_probe.py allocator  # the output cached, vs cudaMalloc'd in the call
     python benchmarks/slow_state_probe.py churn      # before and after the process churned memory
+    python benchmarks/slow_state_probe.py clock      # the SM clock of each call, from a sleep kernel
 
 `buffers`: per-set medians, three allocations (freed and drawn again between them); equal
 medians mean the speed is not a property of the memory a call reads and writes.
@@ -13,7 +14,12 @@ call, and the device allocations counted in each: what an allocation inside a ti
 costs, and whether a slow median came with any. `churn`: medians with the output cached,
 then after the process allocated and freed most of the device in 1 GiB blocks (every
 other one kept a while, then all given back): a long-lived process's memory, as the
-reference server's. Needs a GPU with ~40 GB free (`churn`: most of it).
+reference server's. `clock`: before each call (level1/5's and a 4096 fp32 matmul, in
+turn), a sleep kernel of a fixed count of SM cycles timed with its own events: its
+duration is the SM clock's period (NVML's clock reading said 1980 MHz in both states).
+Prints, per call kind, the sleep's median in fast and in slow calls and their correlation:
+a ~3 % longer sleep in the slow calls means the slow state is a lower SM clock. Needs a
+GPU with ~40 GB free (`churn`: most of it).
 """
 
 from __future__ import annotations
@@ -95,9 +101,49 @@ def churn(timer, device: torch.device, calls: int) -> None:
               f"{timed_median(timer, a, calls):.4f} ms", flush=True)
 
 
+def clock(device: torch.device, calls: int, blocks: int = 4, rest_s: float = 5.0) -> None:
+    import time
+
+    a = torch.rand(SHAPE, device=device)
+    m = torch.rand(4096, 4096, device=device)
+    kinds = {"level1/5 (A * s)": lambda: call(a), "matmul 4096 fp32": lambda: m @ m}
+    flush = torch.empty(2 * torch.cuda.get_device_properties(device).L2_cache_size,
+                        dtype=torch.uint8, device=device)
+    cycles = 1_000_000
+    ev = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
+    rows: dict[str, list[tuple[float, float]]] = {k: [] for k in kinds}
+    for block in range(blocks):
+        for i in range(calls):
+            name = list(kinds)[i % 2]
+            flush.zero_()
+            ev[0].record()
+            torch.cuda._sleep(cycles)
+            ev[1].record()
+            kinds[name]()
+            ev[2].record()
+            ev[2].synchronize()
+            rows[name].append((ev[0].elapsed_time(ev[1]), ev[1].elapsed_time(ev[2])))
+        time.sleep(rest_s)
+    for name, xs in rows.items():
+        sleeps, times = zip(*xs)
+        fast = min(times) * 1.015
+        lo = [s for s, t in xs if t <= fast]
+        hi = [s for s, t in xs if t > fast]
+        med = statistics.median
+        print(f"{name}: {len(xs)} calls, {len(hi)} slow (> min + 1.5 %); call median "
+              f"{med(times):.4f} ms, min {min(times):.4f}; sleep of {cycles} cycles: fast calls "
+              f"{med(lo):.5f} ms ({cycles / med(lo) / 1e3:.0f} MHz), slow calls "
+              + (f"{med(hi):.5f} ms ({cycles / med(hi) / 1e3:.0f} MHz)" if hi else "-")
+              + f"; correlation {statistics.correlation(sleeps, times):.3f}", flush=True)
+        for b in range(blocks):  # the state over time: slow share per block
+            part = xs[b * len(xs) // blocks:(b + 1) * len(xs) // blocks]
+            print(f"  block {b}: slow share {sum(t > fast for _, t in part) / len(part):.2f}, "
+                  f"sleep median {med(s for s, _ in part):.5f} ms", flush=True)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("probe", choices=["buffers", "allocator", "churn"])
+    p.add_argument("probe", choices=["buffers", "allocator", "churn", "clock"])
     p.add_argument("--sets", type=int, default=4, help="input sets (buffers; default: 4)")
     p.add_argument("--calls", type=int, default=None,
                    help="timed calls per set (buffers, default 40) or per case (allocator, 30)")
@@ -110,6 +156,8 @@ def main() -> int:
         buffers(timer, device, args.sets, args.calls or 40)
     elif args.probe == "allocator":
         allocator(timer, device, args.calls or 30)
+    elif args.probe == "clock":
+        clock(device, args.calls or 1500)
     else:
         churn(timer, device, args.calls or 30)
     return 0

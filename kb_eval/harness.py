@@ -17,7 +17,7 @@ import torch
 from kb_eval.inputs import (build_model, derive_seed, make_init_inputs, make_inputs,
                             precision_dtype, set_precision_flags)
 from kb_eval.problems import load_module
-from kb_eval.timing import TimingSettings, TimingStats, time_callable
+from kb_eval.timing import TimingSettings, TimingStats, time_samples
 
 INIT_SEED = 42  # weights are not secret: the candidate gets the reference's weights anyway
 
@@ -50,16 +50,26 @@ def time_model(model: Callable, module: ModuleType, secret: int, precision: str,
     """Time `model` on fresh inputs per call, with the candidate child's bookkeeping around
     each call (kb_eval/eval/child/calls.py: on a host-paced call that work slows the next
     launches, so a reference timed without it would not compare with a candidate)."""
+    samples, launch_ms = time_model_samples(model, module, secret, precision, device, settings)
+    return TimingStats.of(samples).model_copy(update={"launch_ms": launch_ms})
+
+
+def time_model_samples(model: Callable, module: ModuleType, secret: int, precision: str,
+                       device: torch.device, settings: TimingSettings,
+                       visit: int = 0) -> tuple[list[float], float | None]:
+    """`time_model`'s kept call times (ms, in call order) and median launch time. A
+    baseline visit (`visit` > 0: the same problem timed again later) draws other inputs."""
     from kb_eval.eval.child.calls import TimedCalls, Watch, round_ends
 
     def draw(i: int) -> tuple[None, list]:
-        return None, inputs_for(module, secret, ("timing", i), precision, device)
+        label = ("timing", i) if visit == 0 else ("timing", visit, i)
+        return None, inputs_for(module, secret, label, precision, device)
 
     n_calls = settings.n_calls
     calls = TimedCalls(model, Watch(device), device, draw, round_ends([], n_calls), n_calls,
                        candidate=False)
     with torch.no_grad():
-        return time_callable(calls.call, settings, device, calls.args, calls.on_output)
+        return time_samples(calls.call, settings, device, calls.args, calls.on_output)
 
 
 def compile_model(model: torch.nn.Module, mode: str) -> Callable:

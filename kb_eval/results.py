@@ -131,6 +131,13 @@ class FileHeader(BaseModel):
 
 
 # ------------------------------------------------------------------ baseline
+class BaselineVisit(BaseModel):
+    """One child's timing of a problem: its kept call times in call order (ms)."""
+    samples_ms: list[float]
+    launch_ms: float | None = None
+    wall_s: float | None = None
+
+
 class BaselineRecord(BaseModel):
     key: str
     source: str
@@ -151,11 +158,18 @@ class BaselineRecord(BaseModel):
     # power, slowdowns), and the CPU core the calls were launched from; None on a CPU.
     gpu: dict | None = None
     core: int | None = None
+    # Each visit's timed calls: a problem is timed in the file's `visits` visits, one per
+    # sweep over the problems, and `timing` is the statistic of all their calls. Until the
+    # last visit the status is "partial" (a resumed run makes the rest). [] in files from
+    # before visits.
+    visits: list[BaselineVisit] = Field(default_factory=list)
 
 
 class BaselineFile(FileHeader):
     kind: str = "baseline"
     mode: str = "eager"  # eager | compile-default | compile-reduce-overhead | compile-max-autotune
+    # Visits per problem (BaselineRecord.visits); 1 in files from before visits.
+    visits: int = 1
     records: dict[str, BaselineRecord] = Field(default_factory=dict)
 
 

@@ -234,6 +234,17 @@ def time_callable(fn: Callable[..., Any], settings: TimingSettings | None = None
                   on_output: Callable[[int, Any], None] | None = None) -> TimingStats:
     """Time `fn(*args_for_trial(i))` (or `fn()`); `on_output(i, out)` sees each timed
     call's output after its timing was taken (eval uses it to re-check outputs)."""
+    samples, launch_ms = time_samples(fn, settings, device, args_for_trial, on_output)
+    return TimingStats.of(samples).model_copy(update={"launch_ms": launch_ms})
+
+
+def time_samples(fn: Callable[..., Any], settings: TimingSettings | None = None,
+                 device: str | torch.device = "cpu",
+                 args_for_trial: ArgsForTrial | None = None,
+                 on_output: Callable[[int, Any], None] | None = None
+                 ) -> tuple[list[float], float | None]:
+    """`time_callable`'s calls: the kept times (ms, in call order) and the median launch
+    time (None on a CPU). The baseline merges several visits' times into one statistic."""
     settings = settings or TimingSettings()
     device = torch.device(device)
     args = args_for_trial or (lambda i: ())
@@ -245,7 +256,7 @@ def time_callable(fn: Callable[..., Any], settings: TimingSettings | None = None
     samples = time_calls(fn, range(n), timer, args, on_output)
     if settings.discard_first:
         samples = samples[1:]
-    return TimingStats.of(samples).model_copy(update={"launch_ms": take_launch_ms(timer)})
+    return samples, take_launch_ms(timer)
 
 
 def time_calls(fn: Callable[..., Any], indices: Sequence[int], timer: "_CpuTimer | _CudaTimer",

@@ -71,3 +71,70 @@ def test_baseline_records_crash_continues_and_resumes(tmp_path):
     # Other settings on the same file: refused with one line, exit 2.
     r = run_baseline(*args[:-1], "7", cwd=tmp_path)
     assert r.returncode == 2 and "different timing settings" in r.stderr
+
+
+def test_visits_split_the_trials_and_a_resumed_run_makes_the_missing_ones(tmp_path):
+    level = tmp_path / "probs" / "level1"
+    level.mkdir(parents=True)
+    for name in ("1_scale.py", "3_softmax.py"):
+        (level / name).write_text(TEMPLATE.format(body=PROBLEMS[name]))
+    out = tmp_path / "b.json"
+    args = ["--source", str(tmp_path / "probs"), "--output", str(out), "--warmup", "1",
+            "--trials", "5", "--visits", "2"]
+    r = run_baseline(*args, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    data = json.loads(out.read_text())
+    assert data["visits"] == 2
+    for rec in data["records"].values():
+        assert rec["status"] == "ok"
+        assert [len(v["samples_ms"]) for v in rec["visits"]] == [3, 2]  # 5 calls split
+        calls = [x for v in rec["visits"] for x in v["samples_ms"]]
+        assert rec["timing"]["n"] == 5 and rec["timing"]["max"] == max(calls)
+        assert rec["wall_s"] == sum(v["wall_s"] for v in rec["visits"])
+
+    # Cut short after a first visit: --resume makes only the second, keeping the first.
+    key = "local-probs/level1/3"
+    first = data["records"][key]["visits"][0]
+    data["records"][key].update(status="partial", visits=[first])
+    out.write_text(json.dumps(data))
+    r = run_baseline(*args, "--resume", cwd=tmp_path)
+    assert r.returncode == 0 and "1 problem(s) already in" in r.stdout, r.stdout + r.stderr
+    rec = json.loads(out.read_text())["records"][key]
+    assert rec["status"] == "ok" and rec["visits"][0] == first
+    assert [len(v["samples_ms"]) for v in rec["visits"]] == [3, 2]
+
+    # Another number of visits on the same file is other settings; fewer trials than visits
+    # is a user mistake.
+    r = run_baseline(*args[:-1], "3", cwd=tmp_path)
+    assert r.returncode == 2 and "different visits" in r.stderr
+    r = run_baseline(*args[:-3], "2", "--visits", "3", cwd=tmp_path)
+    assert r.returncode == 2 and "--visits 3 is more than --trials 2" in r.stderr
+
+
+def test_a_problems_visits_are_a_whole_sweep_apart():
+    from types import SimpleNamespace
+
+    from kb_eval.baseline.stage import BaselineJob, _visits_to_make, visit_trials
+    from kb_eval.results import BaselineFile, BaselineRecord, BaselineVisit
+
+    assert [visit_trials(100, 3, v) for v in range(3)] == [34, 33, 33]
+    assert [visit_trials(5, 5, v) for v in range(5)] == [1] * 5
+    problems = [SimpleNamespace(key=f"k{i}") for i in range(3)]
+    job = BaselineJob(problems=problems, precision="fp32", mode="eager", timing=None,
+                      results_dir=Path("."), device="cpu", gpus=[], timeout_s=1,
+                      mem_limit_mb=1, visits=3)
+    data = BaselineFile.model_construct(records={})
+    order = [(p.key, v) for p, v in _visits_to_make(data, job)]
+    assert order == [("k0", 0), ("k1", 0), ("k2", 0), ("k0", 1), ("k1", 1), ("k2", 1),
+                     ("k0", 2), ("k1", 2), ("k2", 2)]
+
+    def record(status, visits):
+        return BaselineRecord(key="", source="", level=1, problem_id=1, name="",
+                              status=status, visits=[BaselineVisit(samples_ms=[1.0])] * visits)
+
+    data.records = {"k0": record("ok", 3), "k1": record("partial", 2), "k2": record("crashed", 1)}
+    job.resume = True
+    assert [(p.key, v) for p, v in _visits_to_make(data, job)] == [("k1", 2)]
+    job.retry_failed = True
+    assert [(p.key, v) for p, v in _visits_to_make(data, job)] == [
+        ("k2", 0), ("k2", 1), ("k1", 2), ("k2", 2)]

@@ -37,6 +37,10 @@ def parser(defaults) -> Parser:
     add_count_flag(p, "--warmup", "untimed calls before timing", defaults.warmup,
                    defaults.cpu_warmup)
     add_count_flag(p, "--trials", "timed calls", defaults.trials, defaults.cpu_trials)
+    add_count_flag(p, "--visits", "children each problem is timed in, one per sweep over the "
+                   "problems, the trials split between them: a GPU's speed drifts for "
+                   "seconds at a time, and calls spread over the run average it out",
+                   defaults.baseline_visits, 1)
     p.add_argument("--no-l2-flush", action="store_true", help="do not flush L2 between calls")
     p.add_argument("--device", choices=["cuda", "cpu"], default=None,
                    help="where to time (default: cuda if a GPU is visible, else cpu)")
@@ -69,10 +73,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.gpus and device == "cpu":
         raise UserError(f"--gpus {args.gpus} with --device cpu: GPUs are not used on the CPU")
     gpus = _parse_gpus(args.gpus) if device == "cuda" else []
-    for flag, value in (("--trials", args.trials), ("--warmup", args.warmup)):
-        if value is not None and value < (1 if flag == "--trials" else 0):
-            raise UserError(f"{flag} must be at least {1 if flag == '--trials' else 0} "
-                            f"(got {value})")
+    for flag, value in (("--trials", args.trials), ("--warmup", args.warmup),
+                        ("--visits", args.visits)):
+        least = 0 if flag == "--warmup" else 1
+        if value is not None and value < least:
+            raise UserError(f"{flag} must be at least {least} (got {value})")
     output = Path(args.output).expanduser() if args.output else None
     if output is not None:
         if output.is_dir():
@@ -84,13 +89,17 @@ def main(argv: list[str] | None = None) -> int:
     trials = args.trials or (d.trials if device == "cuda" else d.cpu_trials)
     warmup = args.warmup if args.warmup is not None else (
         d.warmup if device == "cuda" else d.cpu_warmup)
+    visits = args.visits or (d.baseline_visits if device == "cuda" else 1)
+    if visits > trials:
+        raise UserError(f"--visits {visits} is more than --trials {trials}: each visit "
+                        f"times at least one call")
     timing = TimingSettings(warmup=warmup, trials=trials, flush_l2=not args.no_l2_flush)
     timing.method = method_for(device, timing.flush_l2, timing.launch_cover_ms)
     job = BaselineJob(problems=problems, precision=args.precision,
                       mode=baseline_mode_of(args, d.cache_dir),
                       timing=timing, results_dir=Path(args.results_dir).expanduser(),
                       device=device, gpus=gpus, timeout_s=args.timeout,
-                      mem_limit_mb=d.mem_limit_mb, resume=args.resume,
+                      mem_limit_mb=d.mem_limit_mb, visits=visits, resume=args.resume,
                       retry_failed=args.retry_failed, force=args.force, output=output)
     path, data = run_baseline(job, progress=not args.quiet)
     _print_summary(path, data, [p.key for p in problems])

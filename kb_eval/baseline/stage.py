@@ -1,11 +1,16 @@
 """Time every selected reference, each in its own child process, into one baseline file
-per hardware and precision (and compile mode). The file is rewritten atomically after
-every problem, so an interrupted run loses nothing and `--resume` picks up after it."""
+per hardware and precision (and compile mode). A problem is timed in `visits` children,
+one per sweep over the problems, its trials split between them: on the H100 the same
+kernel runs ~0.1 ms slower per call for stretches of seconds (docs/GUARANTEES.md), so
+one child's calls could all land in one state and the next run's in the other. The file
+is rewritten atomically after every visit, so an interrupted run loses nothing and
+`--resume` picks up after it."""
 
 from __future__ import annotations
 
 import os
 import secrets
+import statistics
 import tempfile
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -17,11 +22,12 @@ from kb_eval.errors import UserError
 from kb_eval.eval.schedule import pinning
 from kb_eval.isolation import run_isolated
 from kb_eval.problems import Problem
-from kb_eval.results import (BaselineFile, BaselineRecord, HardwareInfo, Producer,
-                             baseline_path, now_iso, read_model, write_json_atomic)
-from kb_eval.timing import TIMED_PROCESS_ENV, TimingSettings
+from kb_eval.results import (BaselineFile, BaselineRecord, BaselineVisit, HardwareInfo,
+                             Producer, baseline_path, now_iso, read_model, write_json_atomic)
+from kb_eval.timing import TIMED_PROCESS_ENV, TimingSettings, TimingStats
 
 TASK = "kb_eval.baseline.task:time_reference"
+PARTIAL = "partial"  # a record some of whose visits are still to come
 
 
 @dataclass
@@ -35,6 +41,7 @@ class BaselineJob:
     gpus: list[int]
     timeout_s: float
     mem_limit_mb: int
+    visits: int = 1
     resume: bool = False
     retry_failed: bool = False
     force: bool = False
@@ -45,37 +52,68 @@ def run_baseline(job: BaselineJob, progress: bool = True) -> tuple[Path, Baselin
     hardware = HardwareInfo.detect(job.device)
     path = job.output or default_path(job, hardware)
     data = _open_file(path, job, hardware)
-    todo = [p for p in job.problems if not _done(data, p.key, job.retry_failed)
-            or not job.resume]
-    skipped = len(job.problems) - len(todo)
+    queue = _visits_to_make(data, job)
+    skipped = len(job.problems) - len({p.key for p, _ in queue})
     if skipped:
-        print(f"resume: {skipped} problem(s) already in {path}, {len(todo)} to time")
+        print(f"resume: {skipped} problem(s) already in {path}, "
+              f"{len(job.problems) - skipped} to time")
     write_json_atomic(path, data)
     secret = secrets.randbits(63)
-    bar = tqdm(total=len(todo), desc=f"baseline {job.precision} {job.mode}", unit="problem",
+    bar = tqdm(total=len(queue), desc=f"baseline {job.precision} {job.mode}", unit="visit",
                disable=not progress)
     with tempfile.TemporaryDirectory(prefix="kb_baseline_") as tmp, \
             ThreadPoolExecutor(max_workers=max(1, len(job.gpus))) as pool:
-        slots = list(job.gpus) or [None]
-        queue = list(todo)
-        futures = {}
-        for slot in slots[:len(queue)]:
-            futures[pool.submit(_time_one, queue.pop(0), job, secret, slot, Path(tmp))] = slot
-        failures = 0
-        while futures:
+        free, futures, failures = list(job.gpus) or [None], {}, 0
+        while queue or futures:
+            # the next visit of a problem none of whose visits is running (several GPUs)
+            busy = {p.key for p, _ in futures.values()}
+            while free and (ready := [x for x in queue if x[0].key not in busy]):
+                item = ready[0]
+                queue.remove(item)
+                busy.add(item[0].key)
+                futures[pool.submit(_time_one, *item, job, secret, free[-1],
+                                    Path(tmp))] = item
+                free.pop()
             done = next(as_completed(futures))
-            slot = futures.pop(done)
-            record = done.result()
-            failures += record.status != "ok"
-            data.records[record.key] = record
+            problem, visit = futures.pop(done)
+            outcome, gpu = done.result()
+            free.append(gpu)
+            record = _merge(data.records.get(problem.key), problem, visit, outcome, job)
+            data.records[problem.key] = record
             data.updated = now_iso()
             write_json_atomic(path, data)
+            if record.status not in ("ok", PARTIAL):
+                failures += 1
+                left = [x for x in queue if x[0].key == problem.key]
+                queue = [x for x in queue if x[0].key != problem.key]
+                bar.update(len(left))  # its later visits are not made
             bar.update(1)
             bar.set_postfix(failed=failures)
-            if queue:
-                futures[pool.submit(_time_one, queue.pop(0), job, secret, slot, Path(tmp))] = slot
     bar.close()
     return path, data
+
+
+def visit_trials(trials: int, visits: int, visit: int) -> int:
+    """The timed calls of one visit: `trials` split as evenly as it goes, the first
+    visits taking one more."""
+    return trials // visits + (1 if visit < trials % visits else 0)
+
+
+def _visits_to_make(data: BaselineFile, job: BaselineJob) -> list[tuple[Problem, int]]:
+    """(problem, visit) in the order they run: every problem's first visit, then every
+    problem's second, ..., so that one problem's visits are a whole sweep apart. A resumed
+    run keeps what is done and makes the visits a partial record still lacks."""
+    first: dict[str, int] = {}
+    for p in job.problems:
+        record = data.records.get(p.key)
+        if not job.resume or record is None:
+            first[p.key] = 0
+        elif record.status == PARTIAL:
+            first[p.key] = len(record.visits)
+        elif not _done(data, p.key, job.retry_failed):
+            first[p.key] = 0
+    return [(p, v) for v in range(job.visits) for p in job.problems
+            if p.key in first and v >= first[p.key]]
 
 
 def default_path(job: BaselineJob, hardware: HardwareInfo) -> Path:
@@ -93,8 +131,8 @@ def _done(data: BaselineFile, key: str, retry_failed: bool) -> bool:
 def _open_file(path: Path, job: BaselineJob, hardware: HardwareInfo) -> BaselineFile:
     """Continue an existing file only if it was made under the same conditions."""
     producer = Producer(tool="kb_eval.baseline").continuing(None)
-    fresh = BaselineFile(produced_by=producer, hardware=hardware,
-                         precision=job.precision, timing=job.timing, mode=job.mode)
+    fresh = BaselineFile(produced_by=producer, hardware=hardware, precision=job.precision,
+                         timing=job.timing, mode=job.mode, visits=job.visits)
     if not path.exists():
         return fresh
     old = read_model(path, BaselineFile)
@@ -102,7 +140,8 @@ def _open_file(path: Path, job: BaselineJob, hardware: HardwareInfo) -> Baseline
         ("timing settings", old.timing, job.timing),
         ("hardware", old.hardware.name, hardware.name),
         ("torch version", old.hardware.torch_version, hardware.torch_version),
-        ("precision", old.precision, job.precision), ("mode", old.mode, job.mode)) if a != b]
+        ("precision", old.precision, job.precision), ("mode", old.mode, job.mode),
+        ("visits", old.visits, job.visits)) if a != b]
     if differs and not job.force:
         raise UserError(f"{path} was made with different {', '.join(differs)}; "
                         f"use --force to replace it or --output for another file")
@@ -124,26 +163,49 @@ def child_env(device: str, gpus: list[int]) -> dict[str, str]:
             **pinning.untimed_env([str(g) for g in gpus] or ["0"])}
 
 
-def _time_one(problem: Problem, job: BaselineJob, secret: int, gpu: int | None,
-              tmp: Path) -> BaselineRecord:
+def _time_one(problem: Problem, visit: int, job: BaselineJob, secret: int,
+              gpu: int | None, tmp: Path):
+    """One visit of `problem` in a fresh child on `gpu`: (its outcome, the gpu)."""
     device = "cpu" if job.device == "cpu" else str(gpu if gpu is not None else 0)
     env = child_env(device, job.gpus)
+    timing = job.timing.model_copy(
+        update={"trials": visit_trials(job.timing.trials, job.visits, visit)})
     payload = {"code": problem.code, "precision": job.precision, "mode": job.mode,
-               "timing": job.timing.model_dump(), "secret": secret,
+               "timing": timing.model_dump(), "secret": secret, "visit": visit,
                "device": "cpu" if job.device == "cpu" else "cuda:0",
                # launched from the core the eval's pairing uses for this GPU: a launch-
                # bound reference is timed at the same host speed in every pass and eval
                "core": pinning.core_for(device)}
-    workdir = tmp / f"{problem.slug}_{os.getpid()}_{gpu}"
+    workdir = tmp / f"{problem.slug}_{visit}_{os.getpid()}_{gpu}"
     outcome = run_isolated(TASK, payload, workdir=workdir, timeout_s=job.timeout_s,
                            mem_limit_mb=job.mem_limit_mb, env=env, prewarm=True)
+    return outcome, gpu
+
+
+def _merge(record: BaselineRecord | None, problem: Problem, visit: int, outcome,
+           job: BaselineJob) -> BaselineRecord:
+    """The problem's record once `visit` came back: a failed visit fails the problem (a
+    later `--retry-failed` times it afresh); an ok one joins the visits before it, and
+    `timing` is the statistic over all of their calls."""
     base = dict(key=problem.key, source=problem.source, level=problem.level,
-                problem_id=problem.problem_id, name=problem.name, wall_s=outcome.wall_s)
-    if outcome.ok:
-        result = outcome.result
-        return BaselineRecord(**base, status="ok", timing=result["timing"],
-                              peak_mem_bytes=result.get("peak_mem_bytes"),
-                              compiler=result.get("compiler"), gpu=result.get("gpu"),
-                              core=result.get("core"))
-    return BaselineRecord(**base, status=outcome.status, error=outcome.describe(),
-                          output_tail=outcome.output_tail[-2000:] or None)
+                problem_id=problem.problem_id, name=problem.name)
+    earlier = record.visits if record is not None and visit > 0 else []
+    wall = sum(v.wall_s or 0.0 for v in earlier) + outcome.wall_s
+    if not outcome.ok:
+        return BaselineRecord(**base, wall_s=wall, status=outcome.status,
+                              error=outcome.describe(),
+                              output_tail=outcome.output_tail[-2000:] or None)
+    result = outcome.result
+    visits = [*earlier, BaselineVisit(samples_ms=result["samples_ms"],
+                                      launch_ms=result.get("launch_ms"),
+                                      wall_s=outcome.wall_s)]
+    launches = [v.launch_ms for v in visits if v.launch_ms is not None]
+    timing = TimingStats.of([x for v in visits for x in v.samples_ms]).model_copy(
+        update={"launch_ms": statistics.median(launches) if launches else None})
+    peaks = [x for x in (record.peak_mem_bytes if earlier else None,
+                         result.get("peak_mem_bytes")) if x is not None]
+    return BaselineRecord(**base, wall_s=wall, timing=timing, visits=visits,
+                          status="ok" if len(visits) == job.visits else PARTIAL,
+                          peak_mem_bytes=max(peaks) if peaks else None,
+                          compiler=result.get("compiler"), gpu=result.get("gpu"),
+                          core=result.get("core"))

@@ -10,7 +10,7 @@ from kb_eval import gpu_state
 from kb_eval.compilers.tvm import baseline_callable as tvm_callable, is_tvm_mode
 from kb_eval.eval.schedule import pinning
 from kb_eval.harness import (compile_model, load_problem, pick_device, reference_model,
-                             time_model)
+                             time_model_samples)
 from kb_eval.timing import TimingSettings
 
 
@@ -33,9 +33,10 @@ def time_reference(payload: dict, workdir: Path) -> dict:
     if core is not None and pinning.pin(0, core) is None:  # this (launching) thread only
         core = None
     before = gpu_state.snapshot(device)
-    stats = time_model(model, module, payload["secret"], precision, device, settings)
+    samples, launch_ms = time_model_samples(model, module, payload["secret"], precision,
+                                            device, settings, payload.get("visit", 0))
     gpu = {"before": before, "after": gpu_state.snapshot(device)} if before else None
-    return {"timing": stats.model_dump(), "peak_mem_bytes": _peak(device),
+    return {"samples_ms": samples, "launch_ms": launch_ms, "peak_mem_bytes": _peak(device),
             "compiler": compiler, "gpu": gpu, "core": core}
 
 
