@@ -90,20 +90,18 @@ def test_fixed_outputs_computed_once_timed_ones_every_sample(tmp_path):
 
 
 def test_an_output_equal_to_the_reference_needs_no_float64_run(tmp_path):
-    """The first correctness trial always gets its float64 truth (it says whether the
-    reference runs in float64 at all); any other label only when the candidate's output
-    differs from the reference's (equal ones pass the float64 rule whatever the truth),
-    so each label's forward runs twice or once."""
+    """A label's float64 truth runs only when the candidate's output differs from the
+    reference's (equal ones pass the float64 rule whatever the truth), the first
+    correctness trial's too, so each label's forward runs twice or once."""
     labels = [["correct", 0], ["correct", 1], ["correct", 2], ["timing", 3, 77],
               ["timing", 5, 79]]
     _candidate_files(tmp_path, labels, wrong={"timing_5_4f", "correct_2"})
     payload = _payload(tmp_path, labels)
     payload["compare"].update(truth=True, rule="f64")
     r = reference_worker.compare_sample(payload, tmp_path)
-    assert _calls() == 2 + 1 + 2 + 1 + 2
+    assert _calls() == 1 + 1 + 2 + 1 + 2
     f64 = {k: d["f64"] for k, d in r["diffs"].items()}
-    assert f64["correct_0"]["ok"] and "identical" not in f64["correct_0"]
-    for equal in ("correct_1", "timing_3_4d"):
+    for equal in ("correct_0", "correct_1", "timing_3_4d"):
         assert f64[equal] == {"ok": True, "error": None, "ratio": None,
                               "norm_ratio": None, "identical": True}
     for wrong in ("correct_2", "timing_5_4f"):
@@ -112,10 +110,10 @@ def test_an_output_equal_to_the_reference_needs_no_float64_run(tmp_path):
     # the next sample, wrong on correct_1: its truth is computed then, and kept
     _candidate_files(tmp_path, labels[:3], wrong={"correct_1"})
     r = reference_worker.compare_sample({**payload, "labels": labels[:3]}, tmp_path)
-    assert _calls() == 8 + 1
+    assert _calls() == 7 + 1
     assert not r["diffs"]["correct_1"]["f64"]["ok"] and r["diffs"]["correct_2"]["f64"]["ok"]
     (problem,) = reference_worker._LOADED.values()
-    assert {"correct_0", "correct_1", "correct_2"} <= set(problem.truth)
+    assert {"correct_1", "correct_2"} <= set(problem.truth) and "correct_0" not in problem.truth
 
 
 def test_nothing_kept_without_room(tmp_path):

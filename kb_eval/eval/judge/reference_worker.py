@@ -72,7 +72,6 @@ class Problem:
     seen: dict[str, dict] = field(default_factory=dict)
     truth: dict[str, list[torch.Tensor]] = field(default_factory=dict)  # float64 outputs
     truth_error: str | None = None  # the reference cannot run in float64: why
-    truth_ran: bool = False  # it did once (the later trials' truths may wait: _lazy_truth)
     first: list | None = None  # fingerprints of correct_0's outputs: input-independent?
     peak_bytes: int | None = None  # the device memory a forward took, inputs included
     # The baseline timed live, per mode other than eager: the compiled model, or why the
@@ -165,7 +164,7 @@ def _reference_outputs(p: Problem, payload: dict, name: str, kind: str, i: int, 
             if isinstance(truth, list):
                 p.truth[name] = truth
 
-    if want_truth and _lazy_truth(p, kind, inputs, tensors):
+    if want_truth and _lazy_truth(p, inputs, tensors):
         def truth_later():  # judge_file asks only when the candidate's output differs
             truth = _float64_truth(p, inputs, precision, device)
             keep(truth)
@@ -182,15 +181,16 @@ def _reference_outputs(p: Problem, payload: dict, name: str, kind: str, i: int, 
 # for problems whose inputs and outputs are small enough to keep the inputs until then.
 # On the H100 the truth took 70 of the reference server's 159 busy seconds over KernelBench
 # level 2's copies (5 trials and up to 8 re-checks a sample, float64 convolutions being
-# slow there), and 62 s of level 1's with the re-checks already lazy.
+# slow there), and 62 s of level 1's with the re-checks already lazy. A problem all of
+# whose samples match the reference exactly never learns whether its reference runs in
+# float64: it needs not, their verdict is `identical` under either rule.
 LAZY_TRUTH_MAX_BYTES = 1 << 30
 
 
-def _lazy_truth(p: Problem, kind: str, inputs: list, tensors: list) -> bool:
-    """Whether this label's truth may wait for the comparison: a correctness trial's only
-    once a truth ran for the problem (the first says whether the reference runs in
-    float64 at all), never when that is known to fail, and not for large inputs."""
-    return ((kind != "correct" or p.truth_ran) and p.truth_error is None
+def _lazy_truth(p: Problem, inputs: list, tensors: list) -> bool:
+    """Whether this label's truth may wait for the comparison: never when the reference
+    is known not to run in float64, and not for large inputs."""
+    return (p.truth_error is None
             and tensor_bytes(inputs) + tensor_bytes(tensors) <= LAZY_TRUTH_MAX_BYTES)
 
 
@@ -225,7 +225,6 @@ def _float64_truth(p: Problem, inputs: list, precision: str,
             out = with_room(lambda: model(*[cast_tree(x, torch.float64) for x in inputs]),
                             device)
             sync(device)
-        p.truth_ran = True
         return [t.detach() for t in output_tensors(out)]
     except Exception as e:  # noqa: BLE001 - an op without float64 support, a fixed dtype
         p.truth_error = ("the reference does not run in float64: "
