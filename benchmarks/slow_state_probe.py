@@ -6,6 +6,7 @@ timed as the eval times it (kb_eval.timing: L2 flush, launch cover, CUDA events)
     python benchmarks/slow_state_probe.py allocator  # the output cached, vs cudaMalloc'd in the call
     python benchmarks/slow_state_probe.py churn      # before and after the process churned memory
     python benchmarks/slow_state_probe.py clock      # the SM clock of each call, from a sleep kernel
+    python benchmarks/slow_state_probe.py variants   # which part of our timing path shows it
 
 `buffers`: per-set medians, three allocations (freed and drawn again between them); equal
 medians mean the speed is not a property of the memory a call reads and writes.
@@ -26,6 +27,8 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import time
+from pathlib import Path
 
 import torch
 
@@ -102,8 +105,6 @@ def churn(timer, device: torch.device, calls: int) -> None:
 
 
 def clock(device: torch.device, calls: int, blocks: int = 4, rest_s: float = 5.0) -> None:
-    import time
-
     a = torch.rand(SHAPE, device=device)
     m = torch.rand(4096, 4096, device=device)
     kinds = {"level1/5 (A * s)": lambda: call(a), "matmul 4096 fp32": lambda: m @ m}
@@ -141,9 +142,78 @@ def clock(device: torch.device, calls: int, blocks: int = 4, rest_s: float = 5.0
                   f"sleep median {med(s for s, _ in part):.5f} ms", flush=True)
 
 
+def variants(device: torch.device, calls: int, blocks: int = 4) -> None:
+    """level1/5's call timed in interleaved blocks of `calls`, each block one way: a bare
+    loop (flush, sleep, events) with a 0.5 and a 0.25 ms sleep; our timer (0.25 ms cover)
+    on one input and on inputs drawn fresh per call; the same with a 1 ms cover; and the
+    baseline's own path (harness.time_model_samples: draws into buffers, the bookkeeping
+    of calls.py). Per way: the share of calls over the fastest of all + 1.5 %, the median
+    and the median host launch time (start event to end event recorded)."""
+    from kb_eval.harness import load_problem, reference_model, time_model_samples
+
+    code = next(Path(".cache/kernelbench/level1").glob("5_*.py")).read_text()
+    module, init = load_problem(code, "fp32", device)
+    model = reference_model(module, init, "fp32", device)
+    a = torch.rand(SHAPE, device=device)
+    flush = torch.empty(2 * torch.cuda.get_device_properties(device).L2_cache_size,
+                        dtype=torch.uint8, device=device)
+    ev = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
+    rate = timing._CudaTimer(device, True, 0.25)._sleep_rate()
+
+    def bare(sleep_ms):
+        def run(n):
+            out, launches = [], []
+            for _ in range(n):
+                flush.zero_()
+                torch.cuda._sleep(round(sleep_ms * rate))
+                t0 = time.perf_counter()
+                ev[0].record()
+                call(a)
+                ev[1].record()
+                launches.append((time.perf_counter() - t0) * 1e3)
+                ev[1].synchronize()
+                out.append(ev[0].elapsed_time(ev[1]))
+            return out, statistics.median(launches)
+        return run
+
+    def timer_way(cover_ms, fresh):
+        t = timing._CudaTimer(device, True, cover_ms)
+
+        def run(n):
+            out = []
+            for _ in range(n):
+                x = torch.rand(SHAPE, device=device) if fresh else a
+                out.append(t.time_one(call, (x,))[0])
+                del x
+            return out, statistics.median(t.launch_ms[-n:])
+        return run
+
+    def baseline_way(cover_ms):
+        settings = timing.TimingSettings(warmup=2, trials=calls, launch_cover_ms=cover_ms)
+        return lambda n: time_model_samples(model, module, 1, "fp32", device, settings)
+
+    ways = {"bare, 0.5 ms sleep": bare(0.5), "bare, 0.25 ms sleep": bare(0.25),
+            "timer 0.25, one input": timer_way(0.25, False),
+            "timer 0.25, fresh inputs": timer_way(0.25, True),
+            "timer 1.0, fresh inputs": timer_way(1.0, True),
+            "baseline path, 0.25": baseline_way(0.25), "baseline path, 1.0": baseline_way(1.0)}
+    got: dict[str, list] = {k: [] for k in ways}
+    for b in range(blocks):
+        for name, run in ways.items():
+            got[name].append(run(calls))
+    fastest = min(min(x) for runs in got.values() for x, _ in runs)
+    for name, runs in got.items():
+        xs = [x for r, _ in runs for x in r]
+        shares = " ".join(f"{sum(x > fastest * 1.015 for x in r) / len(r):.2f}" for r, _ in runs)
+        launch = statistics.median(l for _, l in runs if l is not None) if any(
+            l is not None for _, l in runs) else float("nan")
+        print(f"{name:28s} median {statistics.median(xs):.4f} ms, slow share per block "
+              f"{shares}, launch median {launch:.4f} ms", flush=True)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("probe", choices=["buffers", "allocator", "churn", "clock"])
+    p.add_argument("probe", choices=["buffers", "allocator", "churn", "clock", "variants"])
     p.add_argument("--sets", type=int, default=4, help="input sets (buffers; default: 4)")
     p.add_argument("--calls", type=int, default=None,
                    help="timed calls per set (buffers, default 40) or per case (allocator, 30)")
@@ -156,6 +226,8 @@ def main() -> int:
         buffers(timer, device, args.sets, args.calls or 40)
     elif args.probe == "allocator":
         allocator(timer, device, args.calls or 30)
+    elif args.probe == "variants":
+        variants(device, args.calls or 200)
     elif args.probe == "clock":
         clock(device, args.calls or 1500)
     else:
