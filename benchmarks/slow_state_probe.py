@@ -104,7 +104,8 @@ def churn(timer, device: torch.device, calls: int) -> None:
               f"{timed_median(timer, a, calls):.4f} ms", flush=True)
 
 
-def clock(device: torch.device, calls: int, blocks: int = 4, rest_s: float = 5.0) -> None:
+def clock(device: torch.device, calls: int, blocks: int = 4, rest_s: float = 5.0,
+          fresh: bool = False) -> None:
     a = torch.rand(SHAPE, device=device)
     m = torch.rand(4096, 4096, device=device)
     kinds = {"level1/5 (A * s)": lambda: call(a), "matmul 4096 fp32": lambda: m @ m}
@@ -116,6 +117,8 @@ def clock(device: torch.device, calls: int, blocks: int = 4, rest_s: float = 5.0
     for block in range(blocks):
         for i in range(calls):
             name = list(kinds)[i % 2]
+            if fresh:  # as the baseline's path: a new draw, copied into the call's buffer
+                a.copy_(torch.rand(SHAPE, device=device))
             flush.zero_()
             ev[0].record()
             torch.cuda._sleep(cycles)
@@ -217,6 +220,9 @@ def main() -> int:
     p.add_argument("--sets", type=int, default=4, help="input sets (buffers; default: 4)")
     p.add_argument("--calls", type=int, default=None,
                    help="timed calls per set (buffers, default 40) or per case (allocator, 30)")
+    p.add_argument("--fresh", action="store_true",
+                   help="clock: draw level1/5's input afresh before each call, copied into "
+                        "its buffer (the baseline's path, where the slow state shows)")
     args = p.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("slow_state_probe: needs a CUDA GPU")
@@ -229,7 +235,7 @@ def main() -> int:
     elif args.probe == "variants":
         variants(device, args.calls or 200)
     elif args.probe == "clock":
-        clock(device, args.calls or 1500)
+        clock(device, args.calls or 1500, fresh=args.fresh)
     else:
         churn(timer, device, args.calls or 30)
     return 0

@@ -31,7 +31,7 @@ class Defaults(BaseModel):
     cpu_trials: int = Field(5, ge=1)
     cpu_warmup: int = Field(1, ge=0)
     correct_trials: int = Field(5, ge=1)
-    baseline_visits: int = Field(3, ge=1)  # children per problem in kb_eval.baseline (GPU)
+    baseline_visits: int = Field(1, ge=1)  # children per problem in kb_eval.baseline (GPU)
     build_timeout_s: float = Field(600, gt=0)
     run_timeout_s: float = Field(300, gt=0)
     lane_depth: int = Field(1, ge=1, le=16)  # children in flight per device (1: see eval/config.py)

@@ -38,9 +38,8 @@ def parser(defaults) -> Parser:
                    defaults.cpu_warmup)
     add_count_flag(p, "--trials", "timed calls", defaults.trials, defaults.cpu_trials)
     add_count_flag(p, "--visits", "children each problem is timed in, one per sweep over the "
-                   "problems, the trials split between them: a GPU's speed drifts for "
-                   "seconds at a time, and calls spread over the run average it out",
-                   defaults.baseline_visits, 1)
+                   "problems, the trials split between them, so that its calls are spread "
+                   "over the run", defaults.baseline_visits, 1)
     p.add_argument("--no-l2-flush", action="store_true", help="do not flush L2 between calls")
     p.add_argument("--device", choices=["cuda", "cpu"], default=None,
                    help="where to time (default: cuda if a GPU is visible, else cpu)")

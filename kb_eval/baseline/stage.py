@@ -1,10 +1,9 @@
 """Time every selected reference, each in its own child process, into one baseline file
-per hardware and precision (and compile mode). A problem is timed in `visits` children,
-one per sweep over the problems, its trials split between them: on the H100 the same
-kernel runs ~0.1 ms slower per call for stretches of seconds (docs/GUARANTEES.md), so
-one child's calls could all land in one state and the next run's in the other. The file
-is rewritten atomically after every visit, so an interrupted run loses nothing and
-`--resume` picks up after it."""
+per hardware and precision (and compile mode). A problem may be timed in `visits`
+children, one per sweep over the problems, its trials split between them, so that its
+calls are spread over the run (the H100's speed for one kernel shifts by ~3 % for
+stretches of seconds to minutes: docs/GUARANTEES.md). The file is rewritten atomically
+after every visit, so an interrupted run loses nothing and `--resume` picks up after it."""
 
 from __future__ import annotations
 
