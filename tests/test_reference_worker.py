@@ -116,6 +116,48 @@ def test_an_output_equal_to_the_reference_needs_no_float64_run(tmp_path):
     assert {"correct_1", "correct_2"} <= set(problem.truth) and "correct_0" not in problem.truth
 
 
+MUTATING = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        y = x * 3
+        x.add_(100.0)  # the reference changes its input after using it
+        return y
+
+
+def get_inputs():
+    return [torch.randn(256, 64)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_late_truth_is_of_the_inputs_the_candidate_got(tmp_path):
+    """The float64 truth, computed only once an output differs, runs on the label's inputs
+    drawn again, not on what the reference left of them: a candidate that computes 3x in
+    float64 (a few ulps from the reference's fp32 3x) passes the float64 rule, and one
+    a unit off everywhere fails it."""
+    module = type("M", (), {"get_inputs": staticmethod(lambda: [torch.randn(256, 64)])})
+    labels = [["correct", 0], ["correct", 1]]
+    for kind, i in labels:
+        x = inputs_for(module, SEED, (kind, i), "fp32", torch.device("cpu"))[0]
+        out = (x.double() * 3 + 1e-9 * x.double()).float()  # differs in some last bits
+        outputs.write(tmp_path / f"{label_name((kind, i, None))}.out",
+                      [out if i == 0 else out + 1.0])
+    payload = {**_payload(tmp_path, labels), "problem_code": MUTATING}
+    payload["compare"].update(truth=True, rule="f64")
+    r = reference_worker.compare_sample(payload, tmp_path)
+    good, bad = r["diffs"]["correct_0"], r["diffs"]["correct_1"]
+    assert good["max_abs"] > 0 and "identical" not in good["f64"]
+    assert good["f64"]["ok"], good["f64"]
+    assert not bad["f64"]["ok"] and not bad["ok"]
+
+
 def test_nothing_kept_without_room(tmp_path):
     labels = [["correct", 0], ["correct", 1]]
     _candidate_files(tmp_path, labels)

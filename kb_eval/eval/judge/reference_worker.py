@@ -149,12 +149,13 @@ def _reference_outputs(p: Problem, payload: dict, name: str, kind: str, i: int, 
     if name in p.outputs and (not want_truth or name in p.truth or p.truth_error):
         return p.outputs[name], p.seen[name], p.truth.get(name, p.truth_error)
     precision, seed = payload["precision"], payload["seed"]
-    inputs = _inputs(p.module, seed, kind, i, label_seed, precision, device)
     if name in p.outputs:
         tensors, seen = p.outputs[name], p.seen[name]
     else:
+        inputs = _inputs(p.module, seed, kind, i, label_seed, precision, device)
         with spent("reference"):
             tensors, seen = _run_reference(p, inputs, kind, device)
+        del inputs  # gigabytes, maybe: the truth draws its own
 
     def keep(truth) -> None:
         kept = [tensors] + ([truth] if isinstance(truth, list) else [])
@@ -164,34 +165,28 @@ def _reference_outputs(p: Problem, payload: dict, name: str, kind: str, i: int, 
             if isinstance(truth, list):
                 p.truth[name] = truth
 
-    if want_truth and _lazy_truth(p, inputs, tensors):
-        def truth_later():  # judge_file asks only when the candidate's output differs
-            truth = _float64_truth(p, inputs, precision, device)
-            keep(truth)
-            return truth
-        keep(None)
-        return tensors, seen, truth_later
-    truth = _float64_truth(p, inputs, precision, device) if want_truth else None
-    keep(truth)
-    return tensors, seen, truth  # the inputs are freed here (truth_later above keeps them)
+    keep(None)
+    if not want_truth or p.truth_error:
+        return tensors, seen, p.truth_error if want_truth else None
+
+    def truth_later():  # judge_file asks only when the candidate's output differs
+        # The inputs drawn again (the same seed and label: the ones the candidate got),
+        # not kept: they may be gigabytes, and the reference may have changed them.
+        truth = _float64_truth(p, _inputs(p.module, seed, kind, i, label_seed, precision,
+                                          device), precision, device)
+        keep(truth)
+        return truth
+    return tensors, seen, truth_later
 
 
 # A label's float64 truth is computed only when the candidate's output differs from the
 # reference's (identical outputs pass the float64 rule whatever the truth: judge/truth.py),
-# for problems whose inputs and outputs are small enough to keep the inputs until then.
-# On the H100 the truth took 70 of the reference server's 159 busy seconds over KernelBench
-# level 2's copies (5 trials and up to 8 re-checks a sample, float64 convolutions being
-# slow there), and 62 s of level 1's with the re-checks already lazy. A problem all of
-# whose samples match the reference exactly never learns whether its reference runs in
-# float64: it needs not, their verdict is `identical` under either rule.
-LAZY_TRUTH_MAX_BYTES = 1 << 30
-
-
-def _lazy_truth(p: Problem, inputs: list, tensors: list) -> bool:
-    """Whether this label's truth may wait for the comparison: never when the reference
-    is known not to run in float64, and not for large inputs."""
-    return (p.truth_error is None
-            and tensor_bytes(inputs) + tensor_bytes(tensors) <= LAZY_TRUTH_MAX_BYTES)
+# on its inputs drawn again. On the H100 the truth took 70 of the reference server's 159
+# busy seconds over KernelBench level 2's copies (5 trials and up to 8 re-checks a sample,
+# float64 convolutions being slow there), and 62 s of level 1's, whose large problems
+# (over 1 GiB of inputs and outputs, when the inputs were kept for it) had it at once. A
+# problem all of whose samples match the reference exactly never learns whether its
+# reference runs in float64: it needs not, their verdict is `identical` under either rule.
 
 
 def _run_reference(p: Problem, inputs: list, kind: str, device: torch.device):
