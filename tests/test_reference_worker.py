@@ -137,11 +137,13 @@ def get_init_inputs():
 """
 
 
-def test_a_late_truth_is_of_the_inputs_the_candidate_got(tmp_path):
-    """The float64 truth, computed only once an output differs, runs on the label's inputs
-    drawn again, not on what the reference left of them: a candidate that computes 3x in
-    float64 (a few ulps from the reference's fp32 3x) passes the float64 rule, and one
-    a unit off everywhere fails it."""
+@pytest.mark.parametrize("max_bytes", [1 << 30, 0], ids=["late", "at once"])
+def test_the_truth_is_of_the_inputs_the_candidate_got(tmp_path, monkeypatch, max_bytes):
+    """The float64 truth (computed once an output differs, or at once for a problem over
+    LAZY_TRUTH_MAX_BYTES) runs on the label's inputs drawn again, not on what the
+    reference left of them: a candidate that computes 3x in float64 (a few ulps from the
+    reference's fp32 3x) passes the float64 rule, and one a unit off everywhere fails."""
+    monkeypatch.setattr(reference_worker, "LAZY_TRUTH_MAX_BYTES", max_bytes)
     module = type("M", (), {"get_inputs": staticmethod(lambda: [torch.randn(256, 64)])})
     labels = [["correct", 0], ["correct", 1]]
     for kind, i in labels:
@@ -156,6 +158,8 @@ def test_a_late_truth_is_of_the_inputs_the_candidate_got(tmp_path):
     assert good["max_abs"] > 0 and "identical" not in good["f64"]
     assert good["f64"]["ok"], good["f64"]
     assert not bad["f64"]["ok"] and not bad["ok"]
+    (problem,) = reference_worker._LOADED.values()
+    assert set(problem.truth) == {"correct_0", "correct_1"}  # computed either way, kept
 
 
 def test_nothing_kept_without_room(tmp_path):

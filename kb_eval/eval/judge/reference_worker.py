@@ -74,6 +74,7 @@ class Problem:
     truth_error: str | None = None  # the reference cannot run in float64: why
     first: list | None = None  # fingerprints of correct_0's outputs: input-independent?
     peak_bytes: int | None = None  # the device memory a forward took, inputs included
+    input_bytes: int = 0  # a call's inputs (the last drawn: every label's are alike)
     # The baseline timed live, per mode other than eager: the compiled model, or why the
     # compiler could not take this problem (--live-baseline --baseline-compile MODE).
     compiled: dict[str, object] = field(default_factory=dict)
@@ -153,6 +154,7 @@ def _reference_outputs(p: Problem, payload: dict, name: str, kind: str, i: int, 
         tensors, seen = p.outputs[name], p.seen[name]
     else:
         inputs = _inputs(p.module, seed, kind, i, label_seed, precision, device)
+        p.input_bytes = tensor_bytes(inputs)
         with spent("reference"):
             tensors, seen = _run_reference(p, inputs, kind, device)
         del inputs  # gigabytes, maybe: the truth draws its own
@@ -165,28 +167,33 @@ def _reference_outputs(p: Problem, payload: dict, name: str, kind: str, i: int, 
             if isinstance(truth, list):
                 p.truth[name] = truth
 
-    keep(None)
     if not want_truth or p.truth_error:
+        keep(None)
         return tensors, seen, p.truth_error if want_truth else None
 
-    def truth_later():  # judge_file asks only when the candidate's output differs
-        # The inputs drawn again (the same seed and label: the ones the candidate got),
-        # not kept: they may be gigabytes, and the reference may have changed them.
+    def truth_now():
+        # On the label's inputs drawn again (the same seed and label: the ones the
+        # candidate got), not on those the reference ran on: it may have changed them.
         truth = _float64_truth(p, _inputs(p.module, seed, kind, i, label_seed, precision,
                                           device), precision, device)
         keep(truth)
         return truth
-    return tensors, seen, truth_later
+    if p.input_bytes + tensor_bytes(tensors) > LAZY_TRUTH_MAX_BYTES:
+        return tensors, seen, truth_now()
+    keep(None)
+    return tensors, seen, truth_now  # judge_file asks only when the output differs
 
 
 # A label's float64 truth is computed only when the candidate's output differs from the
 # reference's (identical outputs pass the float64 rule whatever the truth: judge/truth.py),
 # on its inputs drawn again. On the H100 the truth took 70 of the reference server's 159
 # busy seconds over KernelBench level 2's copies (5 trials and up to 8 re-checks a sample,
-# float64 convolutions being slow there), and 62 s of level 1's, whose large problems
-# (over 1 GiB of inputs and outputs, when the inputs were kept for it) had it at once. A
-# problem all of whose samples match the reference exactly never learns whether its
-# reference runs in float64: it needs not, their verdict is `identical` under either rule.
+# float64 convolutions being slow there). Not for problems of over 1 GiB of inputs and
+# outputs: level 1's took 0.1-0.3 s each at once, and computed late for 23 of them their
+# comparisons took 30.5 s against 17 s at once (not found why: the neighbours in flight
+# differed too). A problem all of whose samples match the reference exactly never learns
+# whether its reference runs in float64: it needs not, their verdict is `identical`.
+LAZY_TRUTH_MAX_BYTES = 1 << 30
 
 
 def _run_reference(p: Problem, inputs: list, kind: str, device: torch.device):
