@@ -189,10 +189,11 @@ def _reference_outputs(p: Problem, payload: dict, name: str, kind: str, i: int, 
 # on its inputs drawn again. On the H100 the truth took 70 of the reference server's 159
 # busy seconds over KernelBench level 2's copies (5 trials and up to 8 re-checks a sample,
 # float64 convolutions being slow there). Not for problems of over 1 GiB of inputs and
-# outputs: level 1's took 0.1-0.3 s each at once, and computed late for 23 of them their
-# comparisons took 30.5 s against 17 s at once (not found why: the neighbours in flight
-# differed too). A problem all of whose samples match the reference exactly never learns
-# whether its reference runs in float64: it needs not, their verdict is `identical`.
+# outputs: level 1's took 0.1-0.3 s each at once, and computed late for level1/19-40 the
+# comparisons took 31.7 s against 18.4 s at once (why was not found: the neighbours in
+# flight differed too). A problem all of whose samples match the reference exactly never
+# learns whether its reference runs in float64: it needs not, their verdict is
+# `identical`.
 LAZY_TRUTH_MAX_BYTES = 1 << 30
 
 
