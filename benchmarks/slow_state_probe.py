@@ -147,7 +147,9 @@ def clock(device: torch.device, calls: int, blocks: int = 4, rest_s: float = 5.0
 
 def variants(device: torch.device, calls: int, blocks: int = 4) -> None:
     """level1/5's call timed in interleaved blocks of `calls`, each block one way: a bare
-    loop (flush, sleep, events) with a 0.5 and a 0.25 ms sleep; our timer (0.25 ms cover)
+    loop (flush, sleep, events) with a 0.5 and a 0.25 ms sleep, and with the GPU left idle
+    2 or 20 ms before each call (the host's bookkeeping between calls leaves such gaps:
+    does an idle GPU bring the state on?); our timer (0.25 ms cover)
     on one input and on inputs drawn fresh per call; the same with a 1 ms cover; and the
     baseline's own path (harness.time_model_samples: draws into buffers, the bookkeeping
     of calls.py). Per way: the share of calls over the fastest of all + 1.5 %, the median
@@ -163,10 +165,11 @@ def variants(device: torch.device, calls: int, blocks: int = 4) -> None:
     ev = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
     rate = timing._CudaTimer(device, True, 0.25)._sleep_rate()
 
-    def bare(sleep_ms):
+    def bare(sleep_ms, idle_ms=0.0):
         def run(n):
             out, launches = [], []
             for _ in range(n):
+                time.sleep(idle_ms / 1e3)  # the GPU idle, as while a child does its bookkeeping
                 flush.zero_()
                 torch.cuda._sleep(round(sleep_ms * rate))
                 t0 = time.perf_counter()
@@ -196,6 +199,8 @@ def variants(device: torch.device, calls: int, blocks: int = 4) -> None:
         return lambda n: time_model_samples(model, module, 1, "fp32", device, settings)
 
     ways = {"bare, 0.5 ms sleep": bare(0.5), "bare, 0.25 ms sleep": bare(0.25),
+            "bare, 0.25, 2 ms idle before": bare(0.25, 2.0),
+            "bare, 0.25, 20 ms idle before": bare(0.25, 20.0),
             "timer 0.25, one input": timer_way(0.25, False),
             "timer 0.25, fresh inputs": timer_way(0.25, True),
             "timer 1.0, fresh inputs": timer_way(1.0, True),
