@@ -106,7 +106,7 @@ def test_visits_split_the_trials_and_a_resumed_run_makes_the_missing_ones(tmp_pa
     # Another number of visits on the same file is other settings; fewer trials than visits
     # is a user mistake.
     r = run_baseline(*args[:-1], "3", cwd=tmp_path)
-    assert r.returncode == 2 and "different visits" in r.stderr
+    assert r.returncode == 2 and "different visits (2 there, --visits 3 now)" in r.stderr
     r = run_baseline(*args[:-3], "2", "--visits", "3", cwd=tmp_path)
     assert r.returncode == 2 and "--visits 3 is more than --trials 2" in r.stderr
 

@@ -140,7 +140,8 @@ def _open_file(path: Path, job: BaselineJob, hardware: HardwareInfo) -> Baseline
         ("hardware", old.hardware.name, hardware.name),
         ("torch version", old.hardware.torch_version, hardware.torch_version),
         ("precision", old.precision, job.precision), ("mode", old.mode, job.mode),
-        ("visits", old.visits, job.visits)) if a != b]
+        (f"visits ({old.visits} there, --visits {job.visits} now)", old.visits, job.visits))
+        if a != b]
     if differs and not job.force:
         raise UserError(f"{path} was made with different {', '.join(differs)}; "
                         f"use --force to replace it or --output for another file")
