@@ -37,9 +37,12 @@ def parser(defaults) -> Parser:
     add_count_flag(p, "--warmup", "untimed calls before timing", defaults.warmup,
                    defaults.cpu_warmup)
     add_count_flag(p, "--trials", "timed calls", defaults.trials, defaults.cpu_trials)
-    add_count_flag(p, "--visits", "children each problem is timed in, one per sweep over the "
-                   "problems, the trials split between them, so that its calls are spread "
-                   "over the run", defaults.baseline_visits, 1)
+    on_gpu = defaults.baseline_visits
+    p.add_argument("--visits", type=int, default=None,
+                   help="children each problem is timed in, one per sweep over the problems, "
+                        "the trials split between them, so that its calls are spread over "
+                        f"the run (default: {on_gpu}" + ("" if on_gpu == 1 else
+                                                        " on GPU, 1 on CPU") + ")")
     p.add_argument("--no-l2-flush", action="store_true", help="do not flush L2 between calls")
     p.add_argument("--device", choices=["cuda", "cpu"], default=None,
                    help="where to time (default: cuda if a GPU is visible, else cpu)")
