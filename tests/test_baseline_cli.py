@@ -138,3 +138,45 @@ def test_a_problems_visits_are_a_whole_sweep_apart():
     job.retry_failed = True
     assert [(p.key, v) for p, v in _visits_to_make(data, job)] == [
         ("k2", 0), ("k2", 1), ("k1", 2), ("k2", 2)]
+
+
+def test_two_gpus_never_time_one_problem_twice_at_once(tmp_path, monkeypatch):
+    """With several GPUs the visits run side by side, but never two of one problem (they
+    are a sweep apart); a failed visit ends its problem's later ones. The child is stood
+    in for here (no GPU in CI): the scheduling is what is tested."""
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    from kb_eval.baseline import stage
+    from kb_eval.timing import TimingSettings
+
+    running, seen, lock = set(), [], threading.Lock()
+
+    def fake_time_one(problem, visit, job, secret, gpu, tmp):
+        with lock:
+            assert problem.key not in running, "two visits of one problem at once"
+            running.add(problem.key)
+            seen.append((problem.key, visit, gpu))
+        time.sleep(0.05 if problem.key != "k0" else 0.2)  # k0 slow: k1, k2 catch up
+        with lock:
+            running.discard(problem.key)
+        if problem.key == "k2" and visit == 1:
+            return SimpleNamespace(ok=False, status="crashed", wall_s=0.05,
+                                   describe=lambda: "crashed", output_tail=""), gpu
+        return SimpleNamespace(ok=True, wall_s=0.05, result={"samples_ms": [1.0, 2.0]}), gpu
+
+    monkeypatch.setattr(stage, "_time_one", fake_time_one)
+    problems = [SimpleNamespace(key=f"k{i}", source="s", level=1, problem_id=i, name=f"p{i}",
+                                slug=f"p{i}") for i in range(3)]
+    job = stage.BaselineJob(problems=problems, precision="fp32", mode="eager",
+                            timing=TimingSettings(trials=6), results_dir=tmp_path,
+                            device="cpu", gpus=[0, 1], timeout_s=10, mem_limit_mb=1000,
+                            visits=3, output=tmp_path / "b.json")
+    _, data = stage.run_baseline(job, progress=False)
+    assert {gpu for _, _, gpu in seen} == {0, 1}
+    for key in ("k0", "k1"):
+        assert [v for k, v, _ in seen if k == key] == [0, 1, 2]
+        assert data.records[key].status == "ok" and data.records[key].timing.n == 6
+    assert [v for k, v, _ in seen if k == "k2"] == [0, 1]  # its third visit not made
+    assert data.records["k2"].status == "crashed"
