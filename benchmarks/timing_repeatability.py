@@ -7,14 +7,15 @@
   drift A.json B.json   two `python -m kb_eval.baseline --output` passes: |dmean|/mean
                         and |dmedian|/median per problem, p50 / p90 / max, how many
                         moved over 1 % and over 3 %, and the problems that moved most
-                        with their launch share and what the GPU did in each pass (SM
-                        clock before/after, slowdowns).
+                        with their launch share, each visit's median (`--visits`) and
+                        what the GPU did in each pass (SM clock before/after, slowdowns).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from collections import Counter
 from pathlib import Path
@@ -42,11 +43,16 @@ def _records(path: Path) -> dict:
 
 
 def _pass_detail(record: dict) -> dict:
-    """One pass of a problem: median, launch share, SM clock before -> after, slowdowns."""
+    """One pass of a problem: median (and each visit's, when it had several: one state
+    through all of them means the state outlasted a sweep), launch share, SM clock before
+    -> after (its last visit's), slowdowns."""
     t, gpu = record["timing"], record.get("gpu") or {}
     before, after = gpu.get("before") or {}, gpu.get("after") or {}
     share = (t.get("launch_ms") or 0) / t["median"] if t["median"] else None
+    visits = [round(statistics.median(v["samples_ms"]), 4)
+              for v in record.get("visits") or [] if v.get("samples_ms")]
     return {"median": round(t["median"], 4), "launch_share": share and round(share, 2),
+            **({"visit_medians": visits} if len(visits) > 1 else {}),
             "sm_mhz": [before.get("sm_mhz"), after.get("sm_mhz")],
             "temp_c": [before.get("temp_c"), after.get("temp_c")],
             "slowdowns": sorted(set(before.get("slowdowns", []) + after.get("slowdowns", [])))}
