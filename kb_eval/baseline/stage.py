@@ -70,9 +70,8 @@ def run_baseline(job: BaselineJob, progress: bool = True) -> tuple[Path, Baselin
                 item = ready[0]
                 queue.remove(item)
                 busy.add(item[0].key)
-                futures[pool.submit(_time_one, *item, job, secret, free[-1],
+                futures[pool.submit(_time_one, *item, job, secret, free.pop(),
                                     Path(tmp))] = item
-                free.pop()
             done = next(as_completed(futures))
             problem, visit = futures.pop(done)
             outcome, gpu = done.result()
