@@ -50,8 +50,8 @@ def time_model(model: Callable, module: ModuleType, secret: int, precision: str,
     """Time `model` on fresh inputs per call, with the candidate child's bookkeeping around
     each call (kb_eval/eval/child/calls.py: on a host-paced call that work slows the next
     launches, so a reference timed without it would not compare with a candidate)."""
-    samples, launch_ms = time_model_samples(model, module, secret, precision, device, settings)
-    return TimingStats.of(samples).model_copy(update={"launch_ms": launch_ms})
+    return TimingStats.of(*time_model_samples(model, module, secret, precision, device,
+                                              settings))
 
 
 def time_model_samples(model: Callable, module: ModuleType, secret: int, precision: str,

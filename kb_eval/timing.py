@@ -186,12 +186,13 @@ class TimingStats(BaseModel):
         return min(1.0, self.launch_ms / self.median)
 
     @classmethod
-    def of(cls, samples_ms: Sequence[float]) -> "TimingStats":
+    def of(cls, samples_ms: Sequence[float], launch_ms: float | None = None) -> "TimingStats":
         xs = sorted(samples_ms)
         q = statistics.quantiles(xs, n=4, method="inclusive") if len(xs) > 1 else [xs[0]] * 3
         return cls(mean=statistics.fmean(xs), median=statistics.median(xs),
                    std=statistics.stdev(xs) if len(xs) > 1 else 0.0, min=xs[0], max=xs[-1],
-                   p25=q[0], p75=q[2], n=len(xs), rounds=round_medians(samples_ms))
+                   p25=q[0], p75=q[2], n=len(xs), rounds=round_medians(samples_ms),
+                   launch_ms=launch_ms)
 
 
 # The environment of every process that times a call (the candidate's child, the
@@ -234,8 +235,7 @@ def time_callable(fn: Callable[..., Any], settings: TimingSettings | None = None
                   on_output: Callable[[int, Any], None] | None = None) -> TimingStats:
     """Time `fn(*args_for_trial(i))` (or `fn()`); `on_output(i, out)` sees each timed
     call's output after its timing was taken (eval uses it to re-check outputs)."""
-    samples, launch_ms = time_samples(fn, settings, device, args_for_trial, on_output)
-    return TimingStats.of(samples).model_copy(update={"launch_ms": launch_ms})
+    return TimingStats.of(*time_samples(fn, settings, device, args_for_trial, on_output))
 
 
 def time_samples(fn: Callable[..., Any], settings: TimingSettings | None = None,

@@ -199,8 +199,8 @@ def _merge(record: BaselineRecord | None, problem: Problem, visit: int, outcome,
                                       launch_ms=result.get("launch_ms"),
                                       wall_s=outcome.wall_s)]
     launches = [v.launch_ms for v in visits if v.launch_ms is not None]
-    timing = TimingStats.of([x for v in visits for x in v.samples_ms]).model_copy(
-        update={"launch_ms": statistics.median(launches) if launches else None})
+    timing = TimingStats.of([x for v in visits for x in v.samples_ms],
+                            statistics.median(launches) if launches else None)
     peaks = [x for x in (record.peak_mem_bytes if earlier else None,
                          result.get("peak_mem_bytes")) if x is not None]
     return BaselineRecord(**base, wall_s=wall, timing=timing, visits=visits,
