@@ -7,6 +7,10 @@ timed as the eval times it (kb_eval.timing: L2 flush, launch cover, CUDA events)
     python benchmarks/slow_state_probe.py churn      # before and after the process churned memory
     python benchmarks/slow_state_probe.py clock      # the SM clock of each call, from a sleep kernel
     python benchmarks/slow_state_probe.py variants   # which part of our timing path shows it
+    python benchmarks/slow_state_probe.py thermal    # the state against the HBM's temperature
+    python benchmarks/slow_state_probe.py steps      # from a bare loop to our timer, a step at a time
+    python benchmarks/slow_state_probe.py waits      # time_one's device-wide waits, and a second look
+    python benchmarks/slow_state_probe.py calib      # an idle device's wait after kernels of each kind
 
 `buffers`: per-set medians, three allocations (freed and drawn again between them); equal
 medians mean the speed is not a property of the memory a call reads and writes.
@@ -20,7 +24,12 @@ turn), a sleep kernel of a fixed count of SM cycles timed with its own events: i
 duration is the SM clock's period (NVML's clock reading said 1980 MHz in both states).
 Prints, per call kind, the sleep's median in fast and in slow calls and their correlation:
 a ~3 % longer sleep in the slow calls means the slow state is a lower SM clock. Needs a
-GPU with ~40 GB free (`churn`: most of it).
+GPU with ~40 GB free (`churn`: most of it). `thermal`: phases of level1/5's calls, each
+after the baseline's per-call input work (a 4 GiB draw copied into the call's buffer:
+three times the call's own memory traffic) or alone with the GPU idle 5 ms between calls,
+then a rest; after every call NVML's memory (HBM) and GPU temperatures, power and clocks.
+Prints 2-second windows and the slow share by memory temperature: a state that follows
+the HBM's temperature (DRAM refreshes faster when hot) and not the phase's own work.
 """
 
 from __future__ import annotations
@@ -219,12 +228,237 @@ def variants(device: torch.device, calls: int, blocks: int = 4) -> None:
               f"{shares}, launch median {launch:.4f} ms", flush=True)
 
 
+def _nvml(device: torch.device):
+    """A function reading (HBM C, GPU C, W, SM MHz, memory MHz) of `device` from NVML."""
+    import pynvml
+
+    from kb_eval.gpu_state import _uuid
+    pynvml.nvmlInit()
+    h = pynvml.nvmlDeviceGetHandleByUUID(_uuid(device))
+
+    def read():
+        field = pynvml.nvmlDeviceGetFieldValues(h, [pynvml.NVML_FI_DEV_MEMORY_TEMP])[0]
+        hbm = field.value.uiVal if field.nvmlReturn == 0 else None
+        return (hbm, pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU),
+                pynvml.nvmlDeviceGetPowerUsage(h) / 1000,
+                pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM),
+                pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM))
+    return read
+
+
+def thermal(device: torch.device, phase_s: float, cycles: int = 3, rest_s: float = 10.0,
+            window_s: float = 2.0) -> None:
+    a = torch.rand(SHAPE, device=device)
+    buf = torch.empty_like(a)
+    timer = timing._CudaTimer(device, True, 0.25)
+    read = _nvml(device)
+
+    def heavy():
+        x = torch.rand(SHAPE, device=device)
+        buf.copy_(x)
+        del x
+        return timer.time_one(call, (buf,))[0]
+
+    def light():
+        time.sleep(0.005)
+        return timer.time_one(call, (a,))[0]
+
+    rows, t_start = [], time.perf_counter()  # (s, phase, ms, hbm, gpu C, W, sm, mem)
+    for _ in range(cycles):
+        for name, way in (("heavy", heavy), ("light", light)):
+            t_end = time.perf_counter() + phase_s
+            while time.perf_counter() < t_end:
+                ms = way()
+                rows.append((time.perf_counter() - t_start, name, ms, *read()))
+        time.sleep(rest_s)
+        rows.append((time.perf_counter() - t_start, "rest", float("nan"), *read()))
+    fastest = min(r[2] for r in rows if r[1] != "rest")
+    slow = lambda r: r[2] > fastest * 1.015  # noqa: E731
+    med = statistics.median
+    print(f"fastest call {fastest:.4f} ms; windows of {window_s:.0f} s:")
+    print("  t(s)  phase  calls  median_ms  slow  hbm_C  gpu_C  power_W  sm_MHz  mem_MHz")
+    w = 0
+    while w * window_s < rows[-1][0]:
+        part = [r for r in rows if w * window_s <= r[0] < (w + 1) * window_s]
+        w += 1
+        timed = [r for r in part if r[1] != "rest"]
+        if not part:
+            continue
+        last = part[-1]
+        print(f"{w * window_s:6.0f}  {last[1]:5s}  {len(timed):5d}  "
+              + (f"{med(r[2] for r in timed):9.4f}  {sum(map(slow, timed)) / len(timed):4.2f}"
+                 if timed else f"{'-':>9s}  {'-':>4s}")
+              + f"  {last[3]!s:>5s}  {last[4]:5d}  {last[5]:7.1f}  {last[6]:6d}  {last[7]:7d}",
+              flush=True)
+    timed = [r for r in rows if r[1] != "rest" and r[3] is not None]
+    for t in sorted({r[3] for r in timed}):
+        at = [r for r in timed if r[3] == t]
+        print(f"HBM {t} C: {len(at)} calls, slow share {sum(map(slow, at)) / len(at):.2f}, "
+              f"median {med(r[2] for r in at):.4f} ms")
+    for name in ("heavy", "light"):
+        at = [r for r in timed if r[1] == name]
+        if at:
+            print(f"{name}: {len(at)} calls, slow share {sum(map(slow, at)) / len(at):.2f}")
+
+
+def steps(device: torch.device, calls: int, blocks: int = 8) -> None:
+    """level1/5's call in interleaved blocks of `calls`, from a bare loop (flush, 0.25 ms
+    sleep, events, the output dropped at its launch, the end event waited for) to
+    kb_eval.timing's `time_one`, one difference added per way: the output kept until
+    the call is over, a device-wide synchronize after the end event, a third event
+    recorded and waited for after it, the preemption check around the synchronize; then
+    `time_one` itself, and it and the bare loop with the host idle 5 ms before each call.
+    The way whose slow share jumps is the step that brings the state on."""
+    a = torch.rand(SHAPE, device=device)
+    timer = timing._CudaTimer(device, True, 0.25)
+    flush = timer.flush_buf
+    ev = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
+    cover = timer.cover_cycles
+
+    def loop(keep=False, devsync=False, third=False, rusage=False, idle_ms=0.0):
+        def run(n):
+            out = []
+            for _ in range(n):
+                if idle_ms:
+                    time.sleep(idle_ms / 1e3)
+                flush.zero_()
+                torch.cuda._sleep(cover)
+                ev[0].record()
+                y = call(a)
+                if not keep:
+                    y = None  # the output's block is free again before the call runs
+                ev[1].record()
+                ev[1].synchronize()
+                if rusage:
+                    timing.device_wait_ms(device)
+                elif devsync:
+                    torch.cuda.synchronize(device)
+                if third:
+                    ev[2].record()
+                    ev[2].synchronize()
+                out.append(ev[0].elapsed_time(ev[1]))
+                del y
+            return out
+        return run
+
+    def timed(idle_ms=0.0):
+        def run(n):
+            out = []
+            for _ in range(n):
+                if idle_ms:
+                    time.sleep(idle_ms / 1e3)
+                out.append(timer.time_one(call, (a,))[0])
+            return out
+        return run
+
+    ways = {"bare": loop(), "+ output kept": loop(keep=True),
+            "+ device synchronize": loop(keep=True, devsync=True),
+            "+ third event": loop(keep=True, devsync=True, third=True),
+            "+ preemption check": loop(keep=True, third=True, rusage=True),
+            "time_one": timed(), "bare, 5 ms idle": loop(idle_ms=5.0),
+            "time_one, 5 ms idle": timed(5.0)}
+    got: dict[str, list[list[float]]] = {k: [] for k in ways}
+    for _ in range(blocks):
+        for name, run in ways.items():
+            got[name].append(run(calls))
+    fastest = min(x for runs in got.values() for r in runs for x in r)
+    for name, runs in got.items():
+        xs = [x for r in runs for x in r]
+        shares = [sum(x > fastest * 1.015 for x in r) / len(r) for r in runs]
+        print(f"{name:22s} median {statistics.median(xs):.4f} ms, slow share "
+              f"{sum(x > fastest * 1.015 for x in xs) / len(xs):.2f} (per block "
+              f"{' '.join(f'{v:.2f}' for v in shares)})", flush=True)
+
+
+def waits(device: torch.device, calls: int, blocks: int = 6) -> None:
+    """`time_one`'s judgement of each call taken apart: the host's device-wide wait after
+    the call's end event on an idle device (None: this thread was preempted in it), held
+    to time_one's threshold (3 x the calibrated wait + 0.02 ms), when the end is waited
+    for in different ways: `event sync` (time_one's), `query first` (one cheap driver
+    call before the timed wait), `polled` (the end event queried in a loop rather than
+    waited on), `polled + query`. Blocks with the host idle 0 and 5 ms before each call.
+    Prints per way and idle the share of calls judged busy and the waits' deciles."""
+    a = torch.rand(SHAPE, device=device)
+    timer = timing._CudaTimer(device, True, 0.25)
+    sync_ms, _ = timer.latency
+    limit = 3 * sync_ms + 0.02
+
+    def polled():
+        while not timer.end.query():
+            pass
+
+    ways = {"event sync": (timer.end.synchronize, False), "query first":
+            (timer.end.synchronize, True), "polled": (polled, False),
+            "polled + query": (polled, True)}
+    rows = {(w, idle): [] for w in ways for idle in (0.0, 5.0)}
+    for _ in range(blocks):
+        for (way, idle_ms), got in rows.items():
+            wait_end, query_first = ways[way]
+            for _ in range(calls):
+                if idle_ms:
+                    time.sleep(idle_ms / 1e3)
+                timer._pre_queue()
+                timer.start.record()
+                out = call(a)
+                timer.end.record()
+                wait_end()
+                if query_first:
+                    timer.start.query()
+                got.append(timing.device_wait_ms(device))
+                del out
+    print(f"calibrated wait {sync_ms:.4f} ms, threshold {limit:.4f} ms")
+    for (way, idle_ms), got in rows.items():
+        xs = [w for w in got if w is not None]
+        print(f"{way:15s} idle {idle_ms:.0f} ms: judged busy "
+              f"{sum(w is None or w > limit for w in got) / len(got):.3f}, preempted "
+              f"{(len(got) - len(xs)) / len(got):.3f}; waits deciles (ms) "
+              + " ".join(f"{v:.4f}" for v in statistics.quantiles(xs, n=10)), flush=True)
+
+
+def calib(device: torch.device, calls: int) -> None:
+    """The host's device-wide wait on an idle device right after a kernel of each kind
+    and its end event: the timer's calibration kernel (one float zeroed), the L2 flush
+    (a 2x-L2 buffer zeroed), a 0.5 ms sleep kernel, a 1 GiB elementwise call and
+    level1/5's 4 GiB one; the host idle 0 or 5 ms before each. Which kind's waits look
+    like a real call's tells what the timer's threshold should be calibrated on."""
+    a = torch.rand(SHAPE, device=device)
+    g = a[: SHAPE[0] // 4]
+    timer = timing._CudaTimer(device, True, 0.25)
+    probe = torch.empty(1, device=device)
+    rate = timer._sleep_rate()
+    kinds = {"one float": probe.zero_, "flush": timer.flush_buf.zero_,
+             "sleep 0.5 ms": lambda: torch.cuda._sleep(round(0.5 * rate)),
+             "1 GiB call": lambda: call(g), "4 GiB call": lambda: call(a)}
+    rows = {(k, idle): [] for k in kinds for idle in (0.0, 5.0)}
+    for _ in range(4):
+        for (kind, idle_ms), got in rows.items():
+            for _ in range(calls):
+                if idle_ms:
+                    time.sleep(idle_ms / 1e3)
+                out = kinds[kind]()
+                timer.end.record()
+                timer.end.synchronize()
+                got.append(timing.device_wait_ms(device))
+                del out
+    print(f"calibrated wait {timer.latency[0]:.4f} ms, threshold "
+          f"{3 * timer.latency[0] + 0.02:.4f} ms")
+    for (kind, idle_ms), got in rows.items():
+        xs = sorted(w for w in got if w is not None)
+        qs = statistics.quantiles(xs, n=100)
+        print(f"{kind:13s} idle {idle_ms:.0f} ms: p10 {qs[9]:.4f} p50 {qs[49]:.4f} p90 "
+              f"{qs[89]:.4f} p99 {qs[98]:.4f} max {xs[-1]:.4f} ms, preempted "
+              f"{len(got) - len(xs)}", flush=True)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("probe", choices=["buffers", "allocator", "churn", "clock", "variants"])
+    p.add_argument("probe", choices=["buffers", "allocator", "churn", "clock", "variants",
+                                          "thermal", "steps", "waits", "calib"])
     p.add_argument("--sets", type=int, default=4, help="input sets (buffers; default: 4)")
     p.add_argument("--calls", type=int, default=None,
                    help="timed calls per set (buffers, default 40) or per case (allocator, 30)")
+    p.add_argument("--phase-s", type=float, default=20.0,
+                   help="thermal: seconds of each phase (default: 20)")
     p.add_argument("--fresh", action="store_true",
                    help="clock: draw level1/5's input afresh before each call, copied into "
                         "its buffer (the baseline's path, where the slow state shows)")
@@ -239,6 +473,14 @@ def main() -> int:
         allocator(timer, device, args.calls or 30)
     elif args.probe == "variants":
         variants(device, args.calls or 200)
+    elif args.probe == "calib":
+        calib(device, args.calls or 150)
+    elif args.probe == "waits":
+        waits(device, args.calls or 200)
+    elif args.probe == "steps":
+        steps(device, args.calls or 200)
+    elif args.probe == "thermal":
+        thermal(device, args.phase_s)
     elif args.probe == "clock":
         clock(device, args.calls or 1500, fresh=args.fresh)
     else:

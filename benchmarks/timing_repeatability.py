@@ -51,10 +51,13 @@ def _pass_detail(record: dict) -> dict:
     share = (t.get("launch_ms") or 0) / t["median"] if t["median"] else None
     visits = [round(statistics.median(v["samples_ms"]), 4)
               for v in record.get("visits") or [] if v.get("samples_ms")]
+    hbm = [((v.get("gpu") or {}).get("before") or {}).get("mem_temp_c")
+           for v in record.get("visits") or []]
     return {"median": round(t["median"], 4), "launch_share": share and round(share, 2),
-            **({"visit_medians": visits} if len(visits) > 1 else {}),
+            **({"visit_medians": visits, "visit_mem_temp_c": hbm} if len(visits) > 1 else {}),
             "sm_mhz": [before.get("sm_mhz"), after.get("sm_mhz")],
             "temp_c": [before.get("temp_c"), after.get("temp_c")],
+            "mem_temp_c": [before.get("mem_temp_c"), after.get("mem_temp_c")],
             "slowdowns": sorted(set(before.get("slowdowns", []) + after.get("slowdowns", [])))}
 
 

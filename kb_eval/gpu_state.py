@@ -1,4 +1,4 @@
-"""What the GPU was doing around a timing: clocks, temperature, power and why it held its
+"""What the GPU was doing around a timing: clocks, temperatures, power and why it held its
 clocks back (NVML, through the `nvidia-ml-py` package).
 
 Two timings of the same kernel differ when the GPU ran at different clocks: an idle GPU
@@ -23,8 +23,9 @@ SLOWDOWNS = {
 
 
 def snapshot(device: torch.device) -> dict | None:
-    """SM clock (MHz), temperature (C), power (W) and the active slowdowns of `device`;
-    None on a CPU, without NVML or when it cannot be read (never fails a timing)."""
+    """SM and memory clocks (MHz), GPU and memory (HBM) temperatures (C), power (W) and the
+    active slowdowns of `device`; None on a CPU, without NVML or when it cannot be read
+    (never fails a timing). The memory's temperature is None where NVML has none."""
     if device.type != "cuda":
         return None
     try:
@@ -32,9 +33,12 @@ def snapshot(device: torch.device) -> dict | None:
         pynvml.nvmlInit()
         handle = pynvml.nvmlDeviceGetHandleByUUID(_uuid(device))
         reasons = pynvml.nvmlDeviceGetCurrentClocksEventReasons(handle)
+        hbm = pynvml.nvmlDeviceGetFieldValues(handle, [pynvml.NVML_FI_DEV_MEMORY_TEMP])[0]
         return {
             "sm_mhz": pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
+            "mem_mhz": pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_MEM),
             "temp_c": pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU),
+            "mem_temp_c": hbm.value.uiVal if hbm.nvmlReturn == pynvml.NVML_SUCCESS else None,
             "power_w": round(pynvml.nvmlDeviceGetPowerUsage(handle) / 1000, 1),
             "slowdowns": [name for name, bit in SLOWDOWNS.items()
                           if reasons & getattr(pynvml, bit)],

@@ -132,10 +132,12 @@ class FileHeader(BaseModel):
 
 # ------------------------------------------------------------------ baseline
 class BaselineVisit(BaseModel):
-    """One child's timing of a problem: its kept call times in call order (ms)."""
+    """One child's timing of a problem: its kept call times in call order (ms), and what
+    the GPU was doing before and after them (kb_eval.gpu_state; None on a CPU)."""
     samples_ms: list[float]
     launch_ms: float | None = None
     wall_s: float | None = None
+    gpu: dict | None = None
 
 
 class BaselineRecord(BaseModel):

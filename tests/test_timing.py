@@ -75,7 +75,7 @@ def test_files_from_before_the_spin_up_setting_keep_their_settings():
     del older["launch_cover_ms"]
     assert TimingSettings.model_validate(older).launch_cover_ms == 0
     # made in code, naming a few fields (the method among them): the defaults
-    made = TimingSettings(trials=7, method="cuda_events+l2flush+cover+devsync")
+    made = TimingSettings(trials=7, method="cuda_events+l2flush+cover+devwait")
     assert made.round_spin_up_ms == 2.0 and made.launch_cover_ms == 0.25
     assert TimingSettings(round_spin_up_ms=0) != TimingSettings()
     with pytest.raises(ValueError):
@@ -125,3 +125,19 @@ def test_launch_bound_calls_get_their_own_budget():
     old = {k: v for k, v in s.model_dump().items() if k != "launch_budget_ms"}
     assert TimingSettings.model_validate(old).launch_budget_ms == 0  # a dump from before
     assert budgeted(TimingSettings.model_validate(old), 20.0, 20.0).trials == 20
+
+
+def test_work_left_on_other_streams_is_the_device_waits_excess():
+    """A CUDA call's charge for late work on other streams (timing._CudaTimer): nothing
+    for a device-wide wait an idle device can take (HONEST_WAIT_MS, or 3x the calibrated
+    wait + 0.02 ms when that is longer), the excess beyond it otherwise: not the host's
+    way back to an event recorded after the wait, which put ~0.13 ms on honest calls."""
+    from kb_eval.timing import HONEST_WAIT_MS, _CudaTimer
+    timer = object.__new__(_CudaTimer)  # no CUDA here: only the rule
+    timer.latency = (0.007, 0.01)
+    assert timer._late_work_ms(0.05) == 0.0
+    assert timer._late_work_ms(HONEST_WAIT_MS) == 0.0
+    assert timer._late_work_ms(HONEST_WAIT_MS + 2.0) == pytest.approx(2.0)
+    timer.latency = (0.05, 0.01)  # a slower host's calibration: its limit is 0.17 ms
+    assert timer._late_work_ms(0.15) == 0.0
+    assert timer._late_work_ms(1.17) == pytest.approx(1.0)

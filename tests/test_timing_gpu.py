@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import signal
 import subprocess
 import sys
@@ -13,7 +14,7 @@ import time
 import pytest
 import torch
 
-from kb_eval.timing import TimingSettings, busy_ms_before_quiet, time_callable
+from kb_eval.timing import TimingSettings, busy_ms_before_quiet, time_callable, time_samples
 
 pytestmark = pytest.mark.gpu
 SETTINGS = TimingSettings(warmup=3, trials=30)
@@ -46,6 +47,27 @@ def test_side_stream_work_is_timed_at_its_true_cost():
     end.record()
     torch.cuda.synchronize()
     assert start.elapsed_time(end) < 0.5 * main
+
+
+def test_a_host_slow_to_wait_adds_nothing_to_an_honest_call():
+    """With the host idle 5 ms before each call, the device-wide wait after a 1 GiB call's
+    end took 0.02-0.07 ms on an idle H100, over the calibrated limit for about half the
+    calls, which were then timed up to an event recorded after the wait (~0.13 ms more).
+    Charged now by the wait's excess alone: the idle-before calls time as the prompt
+    ones, and a side stream's late work is still counted (the test above)."""
+    x = torch.rand(1 << 28, device="cuda")  # 1 GiB: a ~0.7 ms memory-bound call
+    settings = TimingSettings(warmup=3, trials=200)
+
+    def idle_first(i):
+        time.sleep(0.005)  # outside the clock: the host idles, the GPU too
+        return (x,)
+
+    prompt = time_samples(lambda a: a * 3.14, settings, "cuda", lambda i: (x,))[0]
+    idled = time_samples(lambda a: a * 3.14, settings, "cuda", idle_first)[0]
+    fastest = min(prompt + idled)
+    slow = sum(t > fastest + 0.05 for t in idled) / len(idled)
+    assert statistics.median(idled) == pytest.approx(statistics.median(prompt), rel=0.01)
+    assert slow < 0.05, (slow, statistics.median(idled), fastest)
 
 
 def test_the_host_path_to_a_calls_first_kernel_is_not_timed():

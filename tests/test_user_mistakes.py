@@ -248,10 +248,10 @@ def test_cpu_named_and_cpu_timings_not_called_cuda_events():
     hw = HardwareInfo.detect("cpu")
     assert hw.cpu == name and hw.name == name
     assert method_for("cpu") == "perf_counter"
-    assert method_for("cuda") == "cuda_events+l2flush+cover+devsync"
-    assert method_for("cuda", flush_l2=False) == "cuda_events+cover+devsync"
+    assert method_for("cuda") == "cuda_events+l2flush+cover+devwait"
+    assert method_for("cuda", flush_l2=False) == "cuda_events+cover+devwait"
     # timed without the launch cover: not to be mixed with timings taken with it
-    assert method_for("cuda", cover_ms=0) == "cuda_events+l2flush+devsync"
+    assert method_for("cuda", cover_ms=0) == "cuda_events+l2flush+devwait"
 
 
 def test_correctness_trials_explained():

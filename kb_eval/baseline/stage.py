@@ -197,7 +197,7 @@ def _merge(record: BaselineRecord | None, problem: Problem, visit: int, outcome,
     result = outcome.result
     visits = [*earlier, BaselineVisit(samples_ms=result["samples_ms"],
                                       launch_ms=result.get("launch_ms"),
-                                      wall_s=outcome.wall_s)]
+                                      wall_s=outcome.wall_s, gpu=result.get("gpu"))]
     launches = [v.launch_ms for v in visits if v.launch_ms is not None]
     timing = TimingStats.of([x for v in visits for x in v.samples_ms],
                             statistics.median(launches) if launches else None)
