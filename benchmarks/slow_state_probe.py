@@ -1,6 +1,8 @@
-"""Where the GPU's ~0.1 ms "slow state" (docs/GUARANTEES.md, baseline drift) does not come
-from. KernelBench level1/5's call (A * s: a 4 GiB input, a fresh 4 GiB output each call),
-timed as the eval times it (kb_eval.timing: L2 flush, launch cover, CUDA events):
+"""Where the ~0.1 ms "slow state" of timed calls (docs/GUARANTEES.md, baseline drift) came
+from: `steps`, `waits` and `calib` found it in the timer's own charge for late work on
+other streams (fixed); the other probes are the hypotheses it ruled out on the way.
+KernelBench level1/5's call (A * s: a 4 GiB input, a fresh 4 GiB output each call), timed
+as the eval times it (kb_eval.timing: L2 flush, launch cover, CUDA events):
 
     python benchmarks/slow_state_probe.py buffers    # K input sets interleaved call by call
     python benchmarks/slow_state_probe.py allocator  # the output cached, vs cudaMalloc'd in the call
