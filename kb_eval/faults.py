@@ -6,7 +6,8 @@ fires (the fault happens once, a retry then succeeds); one whose text is a numbe
 N times (counted down); any other file fires every time.
 Points: `reference_kill` (the reference server kills itself in the middle of a sample),
 `judge_exception` (an exception in the parent while it judges a sample), `setup_oom` (a
-candidate's child runs out of device memory in its setup, before the candidate's code).
+candidate's child runs out of device memory in its setup, before the candidate's code),
+`draw_oom` (the child runs out of device memory drawing a correctness trial's inputs).
 """
 
 from __future__ import annotations

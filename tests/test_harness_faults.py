@@ -154,3 +154,25 @@ def test_setup_out_of_memory_is_not_the_candidates(kb_folder, tmp_path, build_ca
     (faults / "setup_oom").write_text("always")
     records = list(evaluate(copies(kb_folder, "19"), config(tmp_path, build_cache_dir)))
     assert [r.status for r in records] == ["eval_error"], records[0].error
+
+
+def test_out_of_memory_drawing_inputs_is_tried_again(kb_folder, tmp_path, build_cache_dir,
+                                                     monkeypatch):
+    """The child's own draw of a correctness trial's inputs running out of device memory
+    (on the H100 level1/97's 6 GiB of inputs, the server holding 65 GiB) was recorded as
+    the candidate's crash. It is `oom` now, tried once more with the harness's memory
+    given back: a passing shortage ends in the true verdict, one on the retry too is the
+    candidate's own `oom` (its memory may be what is short), never left out."""
+    faults = tmp_path / "faults"
+    faults.mkdir()
+    (faults / "draw_oom").write_text("once")
+    monkeypatch.setenv(VAR, str(faults))
+    records = list(evaluate(copies(kb_folder, "19"), config(tmp_path, build_cache_dir)))
+    assert not (faults / "draw_oom").exists(), "the fault never fired"
+    assert [r.status for r in records] == ["correct"], records[0].error
+    assert "OutOfMemoryError" in records[0].retried
+
+    (faults / "draw_oom").write_text("always")
+    records = list(evaluate(copies(kb_folder, "19"), config(tmp_path, build_cache_dir)))
+    assert [r.status for r in records] == ["oom"], records[0].error
+    assert records[0].retried

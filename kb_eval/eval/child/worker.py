@@ -252,8 +252,16 @@ def _correctness(model, module, payload: dict, trial_prints: list, workdir: Path
     for i, prints in enumerate(trial_prints):
         if i:  # the first call belongs to the load budget (lazy compiles happen there)
             mark(workdir, f"call {i}")
-        inputs = buffers = into_buffers(buffers, inputs_for(module, payload["seed"],
-                                                             ("correct", i), precision, device))
+        try:
+            inject_fault("draw_oom", torch.OutOfMemoryError)
+            fresh = inputs_for(module, payload["seed"], ("correct", i), precision, device)
+        except torch.OutOfMemoryError as e:
+            # Our draw, not the candidate's call: the device may be short because of the
+            # server or a neighbour (the H100's level-1 sweep: level1/97's 6 GiB of inputs
+            # with the server at 65 GiB), so `oom`, which the parent tries once more with
+            # the harness's memory given back; out of memory again is the candidate's.
+            return failure("oom", "correctness", e)
+        inputs = buffers = into_buffers(buffers, fresh)
         try:
             _correctness_call(model, i, inputs, prints, workdir, device, seen, watch)
         except OutputTypeError as e:
