@@ -136,43 +136,30 @@ def test_harness_exception_retried_then_eval_error(kb_folder, tmp_path, build_ca
     assert [r.status for r in records] == ["correct"] and records[0].retried
 
 
-def test_setup_out_of_memory_is_not_the_candidates(kb_folder, tmp_path, build_cache_dir,
-                                                    monkeypatch):
-    """A child out of device memory in its setup (before the candidate's code) on both
-    tries, while the reference copy then sets up fine: memory was short then, not now. The
-    candidate gets one more try in that room and its true verdict; out of memory in every
-    setup (the control's too) is the evaluator's."""
-    faults = tmp_path / "faults"
-    faults.mkdir()
-    (faults / "setup_oom").write_text("2")  # the first try and the retry
-    monkeypatch.setenv(VAR, str(faults))
-    records = list(evaluate(copies(kb_folder, "19"), config(tmp_path, build_cache_dir)))
-    assert not (faults / "setup_oom").exists(), "the fault did not fire twice"
-    assert [r.status for r in records] == ["correct"], records[0].error
-    assert "OutOfMemoryError" in records[0].retried
-
-    (faults / "setup_oom").write_text("always")
-    records = list(evaluate(copies(kb_folder, "19"), config(tmp_path, build_cache_dir)))
-    assert [r.status for r in records] == ["eval_error"], records[0].error
-
-
-def test_out_of_memory_drawing_inputs_is_tried_again(kb_folder, tmp_path, build_cache_dir,
-                                                     monkeypatch):
-    """The child's own draw of a correctness trial's inputs running out of device memory
+@pytest.mark.parametrize("point, passing, lasting", [("setup_oom", "2", "eval_error"),
+                                                    ("draw_oom", "once", "oom")])
+def test_out_of_device_memory_in_our_code_is_tried_again(point, passing, lasting, kb_folder,
+                                                         tmp_path, build_cache_dir,
+                                                         monkeypatch):
+    """`setup_oom`: a child out of device memory in its setup (before the candidate's code)
+    on both tries, while the reference copy then sets up fine: memory was short then, not
+    now. The candidate gets one more try in that room and its true verdict; out of memory
+    in every setup (the control's too) is the evaluator's (`eval_error`).
+    `draw_oom`: the child's own draw of a correctness trial's inputs out of device memory
     (on the H100 level1/97's 6 GiB of inputs, the server holding 65 GiB) was recorded as
     the candidate's crash. It is `oom` now, tried once more with the harness's memory
     given back: a passing shortage ends in the true verdict, one on the retry too is the
     candidate's own `oom` (its memory may be what is short), never left out."""
     faults = tmp_path / "faults"
     faults.mkdir()
-    (faults / "draw_oom").write_text("once")
+    (faults / point).write_text(passing)
     monkeypatch.setenv(VAR, str(faults))
     records = list(evaluate(copies(kb_folder, "19"), config(tmp_path, build_cache_dir)))
-    assert not (faults / "draw_oom").exists(), "the fault never fired"
+    assert not (faults / point).exists(), "the fault did not fire as often as armed"
     assert [r.status for r in records] == ["correct"], records[0].error
     assert "OutOfMemoryError" in records[0].retried
 
-    (faults / "draw_oom").write_text("always")
+    (faults / point).write_text("always")
     records = list(evaluate(copies(kb_folder, "19"), config(tmp_path, build_cache_dir)))
-    assert [r.status for r in records] == ["oom"], records[0].error
+    assert [r.status for r in records] == [lasting], records[0].error
     assert records[0].retried
