@@ -9,10 +9,10 @@ as the eval times it (kb_eval.timing: L2 flush, launch cover, CUDA events):
     python benchmarks/slow_state_probe.py churn      # before and after the process churned memory
     python benchmarks/slow_state_probe.py clock      # the SM clock of each call, from a sleep kernel
     python benchmarks/slow_state_probe.py variants   # which part of our timing path shows it
-    python benchmarks/slow_state_probe.py thermal    # the state against the HBM's temperature
-    python benchmarks/slow_state_probe.py steps      # from a bare loop to our timer, a step at a time
-    python benchmarks/slow_state_probe.py waits      # time_one's device-wide waits, and a second look
-    python benchmarks/slow_state_probe.py calib      # an idle device's wait after kernels of each kind
+    python benchmarks/slow_state_probe.py thermal    # the state against HBM temperature
+    python benchmarks/slow_state_probe.py steps      # a bare loop to time_one, step by step
+    python benchmarks/slow_state_probe.py waits      # the wait after a call, four ways
+    python benchmarks/slow_state_probe.py calib      # the idle wait after each kind of kernel
 
 `buffers`: per-set medians, three allocations (freed and drawn again between them); equal
 medians mean the speed is not a property of the memory a call reads and writes.

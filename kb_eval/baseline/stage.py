@@ -1,9 +1,10 @@
 """Time every selected reference, each in its own child process, into one baseline file
 per hardware and precision (and compile mode). A problem may be timed in `visits`
 children, one per sweep over the problems, its trials split between them, so that its
-calls are spread over the run and over processes (a host-paced reference's speed is
-its process's launch pace, which differs between processes: docs/GUARANTEES.md). The file is rewritten atomically
-after every visit, so an interrupted run loses nothing and `--resume` picks up after it."""
+calls are spread over the run and over processes (a host-paced reference's speed is its
+process's launch pace, which differs between processes: docs/GUARANTEES.md). The file is
+rewritten atomically after every visit, so an interrupted run loses nothing and
+`--resume` picks up after it."""
 
 from __future__ import annotations
 
