@@ -230,22 +230,13 @@ def variants(device: torch.device, calls: int, blocks: int = 4) -> None:
               f"{shares}, launch median {launch:.4f} ms", flush=True)
 
 
-def _nvml(device: torch.device):
-    """A function reading (HBM C, GPU C, W, SM MHz, memory MHz) of `device` from NVML."""
-    import pynvml
-
-    from kb_eval.gpu_state import _uuid
-    pynvml.nvmlInit()
-    h = pynvml.nvmlDeviceGetHandleByUUID(_uuid(device))
-
-    def read():
-        field = pynvml.nvmlDeviceGetFieldValues(h, [pynvml.NVML_FI_DEV_MEMORY_TEMP])[0]
-        hbm = field.value.uiVal if field.nvmlReturn == 0 else None
-        return (hbm, pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU),
-                pynvml.nvmlDeviceGetPowerUsage(h) / 1000,
-                pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM),
-                pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM))
-    return read
+def _gpu_state(device: torch.device) -> tuple:
+    """(HBM C, GPU C, W, SM MHz, memory MHz) of `device`, from kb_eval.gpu_state."""
+    from kb_eval.gpu_state import snapshot
+    g = snapshot(device)
+    if g is None:
+        raise SystemExit("slow_state_probe thermal: NVML cannot be read here")
+    return g["mem_temp_c"], g["temp_c"], g["power_w"], g["sm_mhz"], g["mem_mhz"]
 
 
 def thermal(device: torch.device, phase_s: float, cycles: int = 3, rest_s: float = 10.0,
@@ -253,7 +244,6 @@ def thermal(device: torch.device, phase_s: float, cycles: int = 3, rest_s: float
     a = torch.rand(SHAPE, device=device)
     buf = torch.empty_like(a)
     timer = timing._CudaTimer(device, True, 0.25)
-    read = _nvml(device)
 
     def heavy():
         x = torch.rand(SHAPE, device=device)
@@ -271,9 +261,9 @@ def thermal(device: torch.device, phase_s: float, cycles: int = 3, rest_s: float
             t_end = time.perf_counter() + phase_s
             while time.perf_counter() < t_end:
                 ms = way()
-                rows.append((time.perf_counter() - t_start, name, ms, *read()))
+                rows.append((time.perf_counter() - t_start, name, ms, *_gpu_state(device)))
         time.sleep(rest_s)
-        rows.append((time.perf_counter() - t_start, "rest", float("nan"), *read()))
+        rows.append((time.perf_counter() - t_start, "rest", float("nan"), *_gpu_state(device)))
     fastest = min(r[2] for r in rows if r[1] != "rest")
     slow = lambda r: r[2] > fastest * 1.015  # noqa: E731
     med = statistics.median

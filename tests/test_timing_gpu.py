@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import signal
+import statistics
 import subprocess
 import sys
 import time
