@@ -3,10 +3,12 @@ problems the evaluator can judge on this machine, what remains and why, and the 
 
     python benchmarks/kernelbench_harness.py --source ../shared/kernelbench --levels 1 2 3 \
         --out results/harness [--trials 20] [--problems 1-50] [--lane-depth 1] \
-        [--round-spin-up-ms 2] [--no-round-untimed]
+        [--round-spin-up-ms 2] [--no-round-untimed] [--together]
 
 Each level's JSON report lands in --out (harness_level<N>.json); its summary is printed as
-the level ends (the figures quoted for the GPU machine in the closing notes), with the
+the level ends. `--together` runs the levels in one `check --harness` (one reference
+server, no drain between levels: harness_levels<1-2-3>.json), then prints each level's
+part of it and the whole (the figures quoted for the GPU machine in the closing notes), with the
 device busy share and phase medians of eval_throughput.py (this is issue 15's sweep (b)).
 Unless --lane-depth is 1, problems not judged correct are evaluated again one at a time
 (harness_level<N>_serial.json), so a fault of the overlap is told apart from the problem's.
@@ -27,11 +29,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from eval_throughput import busy_share, phase_medians  # noqa: E402
 
 
-def run_level(args, level: int, problems: str | None, lane_depth: int | None,
+def run_level(args, level: int | list[int], problems: str | None, lane_depth: int | None,
               tag: str) -> dict:
-    out = Path(args.out) / f"harness_level{level}{tag}.json"
+    levels = level if isinstance(level, list) else [level]
+    name = f"level{level}" if len(levels) == 1 else "levels" + "-".join(map(str, levels))
+    out = Path(args.out) / f"harness_{name}{tag}.json"
     cmd = [sys.executable, "-m", "kb_eval.check", "--harness", "--source", args.source,
-           "--level", str(level), "--out", str(out)]
+           "--level", *map(str, levels), "--out", str(out)]
     if lane_depth is not None:
         cmd += ["--lane-depth", str(lane_depth)]
     if problems:
@@ -53,6 +57,13 @@ def run_level(args, level: int, problems: str | None, lane_depth: int | None,
             "lane_depth": lane_depth}
 
 
+def level_part(together: dict, level: int) -> dict:
+    """One level's rows of a run over several levels, its wall time left out (they ran
+    interleaved): the summary's per-problem time is the whole run's."""
+    rows = [x for x in together["rows"] if x["key"].split("/")[-2] == f"level{level}"]
+    return {**together, "level": level, "rows": rows, "wall_s": None}
+
+
 def summary(r: dict) -> str:
     rows = r["rows"]
     statuses = Counter(x["status"] for x in rows)
@@ -64,14 +75,17 @@ def summary(r: dict) -> str:
     nondet = sum(x["deterministic"] is False for x in rows)
     cis = [x["speedup_ci"] for x in rows if x.get("speedup_ci")]
     holds = sum(lo <= 1.0 <= hi for lo, hi in cis)
+    wall = (f"wall {r['wall_s']} s ({r['wall_s'] / max(len(rows), 1):.2f} s/problem)"
+            if r["wall_s"] is not None else "run with the other levels")
     text = (f"level {r['level']}: {len(rows)} problems, {dict(statuses)}, rc {r['rc']}, "
-            f"wall {r['wall_s']} s ({r['wall_s'] / max(len(rows), 1):.2f} s/problem); copy "
+            f"{wall}; copy "
             f"speedup median {med:.3f}, {within}/{len(copy)} within [0.97, 1.03]; intervals "
             f"holding 1.0: {holds}/{len(cis)}, above it (fast_1_sig): "
             f"{sum(lo > 1.0 for lo, _ in cis)}; non-deterministic references {nondet}")
     phases = [x.get("phases") or {} for x in rows]
-    return "\n".join([text, "   " + busy_share(phases, r["wall_s"], 1),
-                      "   " + phase_medians(phases)] + [f"   not judgeable: {b}" for b in bad])
+    shares = [] if r["wall_s"] is None else ["   " + busy_share(phases, r["wall_s"], 1)]
+    return "\n".join([text] + shares + ["   " + phase_medians(phases)]
+                     + [f"   not judgeable: {b}" for b in bad])
 
 
 def serial_retry(args, first: dict) -> dict | None:
@@ -79,7 +93,9 @@ def serial_retry(args, first: dict) -> dict | None:
     ids = [x["key"].rsplit("/", 1)[-1] for x in first["rows"] if not x["judgeable"]]
     if first["lane_depth"] == 1 or not ids:  # None: check's default, 3 on a GPU
         return None
-    return run_level(args, first["level"], ",".join(ids), 1, args.tag + "_serial")
+    return run_level(args, first["level"], ",".join(ids), 1,
+                     f"{args.tag}_serial_level{first['level']}" if args.together
+                     else args.tag + "_serial")
 
 
 def main() -> int:
@@ -95,18 +111,31 @@ def main() -> int:
                    help="check's: no untimed call at the head of each paired round")
     p.add_argument("--out", default="results/harness", help="folder for the JSON reports")
     p.add_argument("--tag", default="", help="suffix for the report names")
-    p.add_argument("--timeout", type=float, default=None, help="seconds per level at most")
+    p.add_argument("--timeout", type=float, default=None,
+                   help="seconds per level (with --together: for the whole run) at most")
+    p.add_argument("--together", action="store_true",
+                   help="all --levels in one check --harness run (one reference server, "
+                        "no drain between levels), summed up per level and in all")
     p.add_argument("--lane-depth", type=int, default=None, help="copies in flight per GPU "
                    "(check --lane-depth; default: check's, 3 on a GPU)")
     args = p.parse_args()
     Path(args.out).mkdir(parents=True, exist_ok=True)
+    if args.together:
+        whole = run_level(args, sorted(set(args.levels)), args.problems, args.lane_depth,
+                          args.tag)
+        parts = [level_part(whole, level) for level in sorted(set(args.levels))]
+    else:
+        parts = None
     results = []
-    for level in args.levels:
-        results.append(run_level(args, level, args.problems, args.lane_depth, args.tag))
+    for i, level in enumerate(sorted(set(args.levels)) if args.together else args.levels):
+        results.append(parts[i] if parts else
+                       run_level(args, level, args.problems, args.lane_depth, args.tag))
         print(summary(results[-1]), flush=True)
         retry = serial_retry(args, results[-1])
         if retry:
             print("   serial re-run of those: " + summary(retry), flush=True)
+    if parts:
+        print(summary({**whole, "level": "all"}), flush=True)
     return 0 if all(r["rc"] == 0 for r in results) else 1
 
 
