@@ -61,6 +61,27 @@ def test_streams_pairs_as_they_arrive(problems, config):
         ("2", 0, 0, "correct"), ("1", 1, 2, "incorrect")]
 
 
+def test_the_devices_children_start_before_any_sample_comes(config):
+    """A run's candidate children start up (torch, and CUDA on a GPU) while its first
+    builds and memory plans go on: on the H100 each of a check --harness run's first
+    samples waited ~6 s for them after its plan."""
+    from kb_eval.eval.schedule.sample import CHILD_TARGET
+    from kb_eval.isolation.spares import SPARES
+
+    ctx = prepare(config())
+    SPARES.close()  # none left by other tests
+    assert list(evaluate(iter([]), context=ctx)) == []  # not one sample
+    waiting = [SPARES.take(ctx.device_env(d), CHILD_TARGET.partition(":")[0])
+               for d in ctx.devices]
+    try:
+        assert all(child is not None for child in waiting), ctx.devices
+    finally:
+        for child in waiting:
+            if child is not None:
+                child.kill_all()
+        SPARES.close()
+
+
 def test_cache_hit_runs_no_compiler(problems, config):
     source = kit.source_of(kit.CPP / "level1_problem1_sample0.py")
     cfg = config()

@@ -29,13 +29,14 @@ exit), procs (process groups, orphans, /proc), child (the child side).
 from kb_eval.isolation import procs
 from kb_eval.isolation.child import CORES_VAR, NICE_VAR
 from kb_eval.isolation.handle import BUILD_POLL_S, POLL_S
-from kb_eval.isolation.oneshot import THREAD_SAFE, run_isolated
+from kb_eval.isolation.oneshot import THREAD_SAFE, run_isolated, start_spares
 from kb_eval.isolation.outcome import ChildOutcome
 from kb_eval.isolation.procs import CHECK_S, MARKER, kill_running
 from kb_eval.isolation.server import Server
 
 __all__ = ["BUILD_POLL_S", "CHECK_S", "CORES_VAR", "MARKER", "NICE_VAR", "POLL_S",
-           "THREAD_SAFE", "ChildOutcome", "Server", "kill_running", "run_isolated"]
+           "THREAD_SAFE", "ChildOutcome", "Server", "kill_running", "run_isolated",
+           "start_spares"]
 
 # Private names, as they were in the single-module isolation, that the eval's reaper
 # (kb_eval.eval.schedule.reaper) and the tests reach for.

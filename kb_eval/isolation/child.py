@@ -49,13 +49,15 @@ def child_main(spec: str | None = None) -> None:
 
 
 def _preload(module: str, cuda: bool) -> None:
-    """Import torch and the task's module, and create the CUDA context if asked; a failure
-    here is left for the task itself to meet and report."""
+    """Import torch and the task's module, create the CUDA context if asked, then run the
+    module's `warm_up()` if it has one (what its first task would otherwise pay); a
+    failure here is left for the task itself to meet and report."""
     import importlib
 
+    loaded = None
     for name in ["torch"] + ([module] if module else []):
         try:
-            importlib.import_module(name)
+            loaded = importlib.import_module(name)
         except ImportError:
             pass
     if cuda:
@@ -66,6 +68,12 @@ def _preload(module: str, cuda: bool) -> None:
                 torch.cuda.init()
                 torch.empty(1, device="cuda")
         except Exception:  # noqa: BLE001 - the task itself will meet and report it
+            pass
+    warm_up = getattr(loaded, "warm_up", None) if module else None
+    if callable(warm_up):
+        try:
+            warm_up()
+        except Exception:  # noqa: BLE001 - likewise
             pass
 
 

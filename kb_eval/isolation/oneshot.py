@@ -14,6 +14,20 @@ from kb_eval.isolation.spares import SPARES
 THREAD_SAFE = True  # run_isolated may be called from many threads at once
 
 
+def _preload(target: str, warm_cuda: bool) -> str:
+    return target.partition(":")[0] + (":cuda" if warm_cuda else "")
+
+
+def start_spares(target: str, env: dict | None = None, warm_cuda: bool = False) -> None:
+    """Spare children for `run_isolated(target, ..., env=env, prewarm=True,
+    warm_cuda=warm_cuda)`, started now (and the zygote they fork from, at its first use):
+    GPU runs come about once a second and a spare needs ~3.3 s to import torch and open
+    its CUDA context (H200 host): four deep; other kinds two. Called ahead of a run's
+    first task too, so that it does not wait for them: on the H100, a check --harness
+    run's first samples each waited ~6 s for the zygote after the memory plan."""
+    SPARES.refill(env, _preload(target, warm_cuda), 4 if warm_cuda else 2)
+
+
 def run_isolated(target: str, payload: dict, *, workdir: Path, timeout_s: float,
                  mem_limit_mb: int | None = None, env: dict | None = None,
                  output_limit_mb: int = 64, prewarm: bool = False,
@@ -29,16 +43,14 @@ def run_isolated(target: str, payload: dict, *, workdir: Path, timeout_s: float,
     result_path = workdir / "result.json"
     log_path = workdir / "output.log"
     result_path.unlink(missing_ok=True)
-    preload = target.partition(":")[0] + (":cuda" if warm_cuda else "")
+    preload = _preload(target, warm_cuda)
     child = SPARES.take(env, preload) if prewarm else None
     if child is None:
         child = Child.start(env, log_path, preload)
     else:
         child.adopt_log(log_path)
     if prewarm:
-        # GPU runs come about once a second and a spare needs ~3.3 s to import torch and
-        # open its CUDA context (H200 host): four deep; other kinds two.
-        SPARES.refill(env, preload, 4 if warm_cuda else 2)
+        start_spares(target, env, warm_cuda)
     task = {"target": target, "payload": payload, "workdir": str(workdir),
             "result_path": str(result_path)}
     t0 = time.monotonic()

@@ -30,3 +30,15 @@ def talk(payload, workdir):
 
 def env_var(payload, workdir):
     return {"var": os.environ.get(payload["var"])}
+
+
+WARMED: list = []
+
+
+def warm_up():
+    """Run by a child's start-up, before its first task (kb_eval/isolation/child.py)."""
+    WARMED.append(os.getpid())
+
+
+def warmed(payload, workdir):
+    return {"warmed": list(WARMED), "pid": os.getpid()}

@@ -37,7 +37,7 @@ from kb_eval.eval.schedule.overlap import DeviceSlots
 from kb_eval.eval.schedule.reaper import sweep_escapees
 from kb_eval.eval.judge.references import ReferenceStore
 from kb_eval.eval.schedule.lane import clean_up, evaluate_guarded, internal_error
-from kb_eval.eval.schedule.sample import SHM, SampleTask, record_build_failure
+from kb_eval.eval.schedule.sample import SHM, SampleTask, record_build_failure, start_children
 from kb_eval.isolation import kill_running
 from kb_eval.problems import Problem
 from kb_eval.results import SampleRecord
@@ -145,6 +145,8 @@ class EvalPool(RecordStream):
                                fingerprint=ctx.fingerprint, env=ctx.build_env(),
                                timeout_s=cfg.build_timeout_s, mem_limit_mb=cfg.mem_limit_mb)
         self.refs = ReferenceStore(ctx)
+        for d in ctx.devices:
+            start_children(ctx, d)
         self.prefix = f"kb-eval-{next(_POOL_IDS)}-"  # names this pool's threads
         self.builds = ThreadPoolExecutor(cfg.jobs, thread_name_prefix=self.prefix + "build")
         # lane_depth threads per device: as many samples in flight there (overlap.py)

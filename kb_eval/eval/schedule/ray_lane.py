@@ -29,7 +29,7 @@ from kb_eval.eval.schedule.build import BuildOutcome, Builder, front_name, toolc
 from kb_eval.eval.schedule.context import EvalContext
 from kb_eval.eval.schedule.lane import clean_up, evaluate_guarded
 from kb_eval.eval.schedule.reaper import sweep_escapees
-from kb_eval.eval.schedule.sample import SHM, SampleTask
+from kb_eval.eval.schedule.sample import SHM, SampleTask, start_children
 from kb_eval.isolation.procs import LIVE, killpg
 from kb_eval.results import HardwareInfo, SampleRecord
 from kb_eval.timing import TimingStats
@@ -213,6 +213,8 @@ class Lane:
             secret=None, lane_tag=own_tag())
         self.error = shared_cache_error(spec) or node_mismatch(spec, self.ctx)
         self.refs = None if self.error else ReferenceStore(self.ctx)
+        if self.refs is not None:
+            start_children(self.ctx, self.device)
 
     def ready(self) -> dict:
         return {"node": self.node, "device": self.device, "error": self.error}

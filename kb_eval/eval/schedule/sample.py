@@ -26,7 +26,7 @@ from kb_eval.eval.schedule.reaper import sweep_escapees
 from kb_eval.eval.wire.device import slot_size
 from kb_eval.eval.wire.labels import PROBE_LABEL
 from kb_eval.faults import inject_fault
-from kb_eval.isolation import ChildOutcome, run_isolated
+from kb_eval.isolation import ChildOutcome, run_isolated, start_spares
 from kb_eval.problems import Problem
 from kb_eval.profile.launches import paired_counts
 from kb_eval.results import Flag, LaunchCounts, SampleRecord
@@ -48,6 +48,15 @@ class SampleTask:
     scratch: Path | None = None  # the candidate's run folder when it is not in workdir
     exchange_bytes: int = 0  # outputs handed over on the device: its buffers' size (plan)
     timing: TimingSettings | None = None  # the run's, with its calls budgeted (retry.py)
+
+
+CHILD_TARGET = "kb_eval.eval.child.worker:run_candidate"
+
+
+def start_children(ctx: EvalContext, device: str) -> None:
+    """Have `device`'s candidate children start up (torch, CUDA) while the run's first
+    builds and memory plans go on, rather than after them."""
+    start_spares(CHILD_TARGET, env=ctx.device_env(device), warm_cuda=not is_cpu(device))
 
 
 def new_record(ctx: EvalContext, task: SampleTask) -> SampleRecord:
@@ -126,7 +135,7 @@ def _evaluate(ctx: EvalContext, refs: ReferenceStore, task: SampleTask, device: 
     window = _WINDOWS.begin()
     # The budgets enforce the run timeout less the time queued for the timing lock (at
     # most the neighbours' runs, depth - 1 of them); this is the hard cap.
-    out = run_isolated("kb_eval.eval.child.worker:run_candidate", payload, workdir=run_dir,
+    out = run_isolated(CHILD_TARGET, payload, workdir=run_dir,
                        timeout_s=cfg.run_timeout_s * cfg.lane_depth,
                        mem_limit_mb=cfg.mem_limit_mb, env=ctx.device_env(device),
                        prewarm=True, warm_cuda=not is_cpu(device),
