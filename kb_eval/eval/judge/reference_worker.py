@@ -41,6 +41,7 @@ import torch
 from kb_eval import clocks
 from kb_eval.eval.wire import device as device_wire, outputs
 from kb_eval.eval.judge.correctness import judge_file, resolve_tolerance
+from kb_eval.eval.judge.meta_rnn import shape_only_rnns
 from kb_eval.eval.child.calls import TimedCalls, Watch
 from kb_eval.eval.child.observe import observe, output_tensors
 from kb_eval.eval.wire.labels import label_name
@@ -497,6 +498,7 @@ def plan_problem(payload: dict, device: torch.device) -> dict:
             model = model.to(dtype=dtype)
             plan["weights_bytes"] = sum(tensor_bytes(t) for t in model.state_dict().values())
             plan["itemsize"] = dtype.itemsize
+            shape_only_rnns(model)  # else decomposed op by op: seconds (meta_rnn.py)
             _meta_ready()
             with within(META_FORWARD_MAX_S):
                 out = model(*meta_inputs)
@@ -511,17 +513,26 @@ def plan_problem(payload: dict, device: torch.device) -> dict:
 
 # On the meta device an op without a meta kernel of its own runs decomposed, op by op in
 # Python: KernelBench's 6-layer LSTMs took 8-17 s of the reference server's time in their
-# plan (H100 and 2-core CPU alike), where other problems' plans take milliseconds. Past
-# this, the outputs' size stays unknown, as for an op with no meta support at all.
+# plan (H100 and 2-core CPU alike), where other problems' plans take milliseconds (their
+# recurrent layers now answer with shapes alone: meta_rnn.py). Past this bound, the
+# outputs' size stays unknown, as for an op with no meta support at all.
 META_FORWARD_MAX_S = 2.0
 
 
 @functools.cache
 def _meta_ready() -> None:
-    """The meta device's first op imports its Python kernels (1 s on the 2-core CPU):
+    """The meta device's first op imports its Python kernels and, through them,
+    torch._dynamo (1 s on the 2-core CPU, 6.8 s in a fresh H100 machine's first server):
     done before the bounded forward, or a fresh server's first plan ran out of time and
     lost its outputs' size (the H100's device-buffer test caught it)."""
     torch.ones(2, device="meta").add(1)
+
+
+def warm_up() -> None:
+    """Run by the server's start-up (kb_eval/isolation/child.py), before its first task:
+    a run's first memory plan comes once its first candidate is built, by when this is
+    paid."""
+    _meta_ready()
 
 
 class _TooLong(Exception):
