@@ -163,3 +163,31 @@ def test_out_of_device_memory_in_our_code_is_tried_again(point, passing, lasting
     records = list(evaluate(copies(kb_folder, "19"), config(tmp_path, build_cache_dir)))
     assert [r.status for r in records] == [lasting], records[0].error
     assert records[0].retried
+
+
+def test_a_paired_round_out_of_device_memory_keeps_the_server(kb_folder, tmp_path,
+                                                              build_cache_dir, monkeypatch):
+    """On the H100 (KernelBench level 1, three 8 GiB problems in flight) the reference
+    server ran out of device memory drawing a paired round's inputs beside the stopped
+    candidate; the exception ended the server, and with it the outputs it held for the
+    other samples in flight: seven `eval_error`s. A round short of memory is tried once
+    more with what the server only caches given back; short again, the sample keeps its
+    unpaired timing (the reference timed alone once the candidate has ended), flagged."""
+    faults = tmp_path / "faults"
+    faults.mkdir()
+    monkeypatch.setenv(VAR, str(faults))
+    (faults / "round_oom").write_text("once")
+    records = list(evaluate(copies(kb_folder, "19"), config(tmp_path, build_cache_dir)))
+    assert not (faults / "round_oom").exists(), "the fault never fired"
+    assert [r.status for r in records] == ["correct"], records[0].error
+    assert records[0].speedup_ci_method == "paired_rounds" and not records[0].retried
+
+    (faults / "round_oom").write_text("always")
+    records = list(evaluate(copies(kb_folder, "19"), config(tmp_path, build_cache_dir)))
+    record = records[0]
+    assert [r.status for r in records] == ["correct"], record.error
+    assert not record.retried and record.speedup is not None
+    assert record.speedup_ci_method != "paired_rounds"
+    unpaired = [f.message for f in record.flags if f.code == "unpaired"]
+    assert len(unpaired) == 1 and "out of device memory" in unpaired[0], record.flags
+

@@ -341,7 +341,34 @@ def time_round(payload: dict, device: torch.device) -> dict:
     reference, each on fresh inputs drawn before its clock starts, here where no
     candidate code runs; the candidate's child is stopped meanwhile. One untimed call
     first (the candidate's rounds start the same way; none with `round_untimed` off), and
-    the run's warmup before the first round."""
+    the run's warmup before the first round.
+
+    The stopped candidate keeps its device memory. Out of memory beside it, the round is
+    tried once more with what this server only caches given back (reference outputs,
+    allocator blocks); out of memory again, the answer says so and the sample keeps its
+    unpaired timing. Raised instead, it ended the server with the buffers it held for
+    the other samples in flight, each then an `eval_error` (the H100, KernelBench level 1:
+    three 8 GiB problems whose children held 25 GiB each)."""
+    short = None
+    for _ in range(2):
+        try:
+            inject_fault("round_oom", torch.OutOfMemoryError)
+            return _time_round(payload, device)
+        except torch.OutOfMemoryError as e:
+            short = str(e).splitlines()[0][:200]
+            _give_back_cached(device)
+    return {"error": f"out of device memory beside the stopped candidate: {short}"}
+
+
+def _give_back_cached(device: torch.device) -> None:
+    """Drop every kept reference output and float64 truth (they are recomputed when next
+    needed) and return the allocator's cached blocks."""
+    for p in _LOADED.values():
+        p.forget_outputs()
+    release(device, force=True)
+
+
+def _time_round(payload: dict, device: torch.device) -> dict:
     entered, spent_before = clocks.perf_counter(), SPENT.copy()
     p = _problem(payload, device)
     settings = TimingSettings.model_validate(payload["timing"])
