@@ -54,10 +54,10 @@ def _preload(module: str, cuda: bool) -> None:
     failure here is left for the task itself to meet and report."""
     import importlib
 
-    loaded = None
+    loaded = {}
     for name in ["torch"] + ([module] if module else []):
         try:
-            loaded = importlib.import_module(name)
+            loaded[name] = importlib.import_module(name)
         except ImportError:
             pass
     if cuda:
@@ -69,7 +69,7 @@ def _preload(module: str, cuda: bool) -> None:
                 torch.empty(1, device="cuda")
         except Exception:  # noqa: BLE001 - the task itself will meet and report it
             pass
-    warm_up = getattr(loaded, "warm_up", None) if module else None
+    warm_up = getattr(loaded.get(module), "warm_up", None)
     if callable(warm_up):
         try:
             warm_up()
