@@ -57,6 +57,36 @@ def test_a_failed_call_is_named_and_the_next_call_gets_a_fresh_process(server, t
     assert again.ok and again.result["seen"] == [2] and again.result["pid"] != first.result["pid"]
 
 
+def _short_of_memory(out) -> bool:
+    return "OutOfMemoryError" in out.error
+
+
+@pytest.mark.parametrize("survives", [None, _short_of_memory], ids=["plain", "told"])
+def test_a_server_survives_only_the_failures_it_is_told_leave_it_sound(tmp_path, survives):
+    """The reference server keeps running after a task ran out of device memory: ended,
+    it took with it the device buffers it held for the other samples in flight. Any
+    other exception still ends it."""
+    s = Server("isolation_tasks:remember", {"PYTHONPATH": TASKS}, tmp_path / "s",
+               survives=survives)
+    try:
+        first = s.call({"x": 1}, timeout_s=60)
+        s.target = "isolation_tasks:short_of_memory"
+        short = s.call({}, timeout_s=60)
+        s.target = "isolation_tasks:remember"
+        after = s.call({"x": 2}, timeout_s=60)
+        s.target = "isolation_tasks:fail"
+        assert s.call({}, timeout_s=60).status == "error"
+        s.target = "isolation_tasks:remember"
+        last = s.call({"x": 3}, timeout_s=60)
+    finally:
+        s.close()
+    assert short.status == "error" and "no room for 8 GiB" in short.error
+    kept = survives is not None
+    assert (after.result["pid"] == first.result["pid"]) is kept
+    assert after.result["seen"] == ([1, 2] if kept else [2])
+    assert last.result["seen"] == [3] and last.result["pid"] != after.result["pid"]
+
+
 def test_output_limit_counts_per_call(tmp_path):
     s = _server(tmp_path, "talk")
     try:

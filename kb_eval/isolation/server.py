@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import time
 from pathlib import Path
+from typing import Callable
 
 from kb_eval.isolation.handle import Child
 from kb_eval.isolation.outcome import ChildOutcome, outcome
@@ -19,10 +20,13 @@ class Server:
     what it loaded from one task to the next (the reference side keeps each problem's
     model and outputs). Each `call` is watched like a one-shot child (timeout, memory,
     output) and answers through its own result file; a server that was killed, died or
-    failed a task is ended, and the next call starts a fresh one."""
+    failed a task is ended, and the next call starts a fresh one, unless `survives`
+    says the task's exception left it sound."""
 
-    def __init__(self, target: str, env: dict | None, workdir: Path, warm_cuda: bool = False):
+    def __init__(self, target: str, env: dict | None, workdir: Path, warm_cuda: bool = False,
+                 survives: Callable[[ChildOutcome], bool] | None = None):
         self.target, self.env, self.workdir = target, env, Path(workdir)
+        self.survives = survives
         self.preload = target.partition(":")[0] + (":cuda" if warm_cuda else "")
         self.child: Child | None = None
         self.calls = 0
@@ -56,7 +60,8 @@ class Server:
             self.child.kill_all()
         out = outcome(status, self.child, result_path, wall)
         shutil.rmtree(workdir, ignore_errors=True)
-        if not out.ok:
+        if not out.ok and not (out.status == "error" and self.survives is not None
+                               and self.survives(out)):
             self.close()
         return out
 

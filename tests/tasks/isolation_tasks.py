@@ -42,3 +42,11 @@ def warm_up():
 
 def warmed(payload, workdir):
     return {"warmed": list(WARMED), "pid": os.getpid()}
+
+
+class OutOfMemoryError(RuntimeError):
+    """Named as torch's, without importing torch."""
+
+
+def short_of_memory(payload, workdir):
+    raise OutOfMemoryError("no room for 8 GiB")

@@ -153,13 +153,23 @@ def keep_bytes(mem_limit_mb: int | None) -> int:
     return min(8 << 30, (mem_limit_mb << 20) // 4 if mem_limit_mb else 8 << 30)
 
 
+def _out_of_memory(out: ChildOutcome) -> bool:
+    """A server task that ran out of device memory left the server sound (PyTorch frees
+    what the task held): it keeps running, and with it the device buffers it holds for
+    the other samples in flight. Ended instead, each of those samples lost its outputs
+    (`exchange_lost`), and on the H100 their retries, in flight together again, met the
+    same shortage: seven of KernelBench level 1's copies were `eval_error`."""
+    return "OutOfMemoryError" in (out.error or "")
+
+
 class ReferenceStore:
     def __init__(self, ctx: EvalContext):
         self.ctx = ctx
         root = ctx.invocation_dir / "refs"
         self.servers = {d: Server("kb_eval.eval.judge.reference_worker:compare_sample",
                                   ctx.device_env(d), root / d.replace("/", "_"),
-                                  warm_cuda=not is_cpu(d)) for d in ctx.devices}
+                                  warm_cuda=not is_cpu(d), survives=_out_of_memory)
+                        for d in ctx.devices}
         for server in self.servers.values():
             server.start()  # imports torch while the first builds run
         self._states: dict[str, ReferenceState] = {}
