@@ -81,7 +81,8 @@ def summary(r: dict) -> str:
             f"{wall}; copy "
             f"speedup median {med:.3f}, {within}/{len(copy)} within [0.97, 1.03]; intervals "
             f"holding 1.0: {holds}/{len(cis)}, above it (fast_1_sig): "
-            f"{sum(lo > 1.0 for lo, _ in cis)}; non-deterministic references {nondet}")
+            f"{sum(lo > 1.0 for lo, _ in cis)}; non-deterministic references {nondet}; "
+            f"unpaired {sum('unpaired' in (x.get('flags') or []) for x in rows)}")
     phases = [x.get("phases") or {} for x in rows]
     shares = [] if r["wall_s"] is None else ["   " + busy_share(phases, r["wall_s"], 1)]
     return "\n".join([text] + shares + ["   " + phase_medians(phases)]

@@ -41,7 +41,8 @@ def row_of(record: SampleRecord) -> dict:
             "reference_need_bytes": mem.get("reference_need") or mem.get("reference_peak"),
             "reference_peak_bytes": mem.get("reference_peak"),
             "copy_peak_bytes": mem.get("candidate_peak"), "wall_s": record.wall_s,
-            "retried": record.retried, "phases": record.phases}
+            "retried": record.retried, "flags": [f.code for f in record.flags],
+            "phases": record.phases}
 
 
 def _gib(n) -> str:

@@ -76,6 +76,9 @@ def test_check_harness_judges_every_copy(kb_folder, tmp_path, build_cache_dir):
     assert [r["status"] for r in rows] == ["correct"] * 3
     assert all(r["deterministic"] is True and r["speedup"] > 0 for r in rows), rows
     assert all(r["median_ms"]["copy"] > 0 and r["median_ms"]["reference"] > 0 for r in rows)
+    # each copy timed in pairs with its reference: a pairing that failed would say so here
+    assert all(r["speedup_ci_method"] == "paired_rounds" and "unpaired" not in r["flags"]
+               for r in rows), [(r["speedup_ci_method"], r["flags"]) for r in rows]
 
 
 def test_harness_overlaps_copies_on_a_gpu_only():
