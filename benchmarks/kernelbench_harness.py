@@ -94,9 +94,7 @@ def serial_retry(args, first: dict) -> dict | None:
     ids = [x["key"].rsplit("/", 1)[-1] for x in first["rows"] if not x["judgeable"]]
     if first["lane_depth"] == 1 or not ids:  # None: check's default, 3 on a GPU
         return None
-    return run_level(args, first["level"], ",".join(ids), 1,
-                     f"{args.tag}_serial_level{first['level']}" if args.together
-                     else args.tag + "_serial")
+    return run_level(args, first["level"], ",".join(ids), 1, args.tag + "_serial")
 
 
 def main() -> int:
@@ -121,21 +119,18 @@ def main() -> int:
                    "(check --lane-depth; default: check's, 3 on a GPU)")
     args = p.parse_args()
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    if args.together:
-        whole = run_level(args, sorted(set(args.levels)), args.problems, args.lane_depth,
-                          args.tag)
-        parts = [level_part(whole, level) for level in sorted(set(args.levels))]
-    else:
-        parts = None
+    levels = sorted(set(args.levels)) if args.together else args.levels
+    whole = (run_level(args, levels, args.problems, args.lane_depth, args.tag)
+             if args.together else None)
     results = []
-    for i, level in enumerate(sorted(set(args.levels)) if args.together else args.levels):
-        results.append(parts[i] if parts else
+    for level in levels:
+        results.append(level_part(whole, level) if whole else
                        run_level(args, level, args.problems, args.lane_depth, args.tag))
         print(summary(results[-1]), flush=True)
         retry = serial_retry(args, results[-1])
         if retry:
             print("   serial re-run of those: " + summary(retry), flush=True)
-    if parts:
+    if whole:
         print(summary({**whole, "level": "all"}), flush=True)
     return 0 if all(r["rc"] == 0 for r in results) else 1
 

@@ -14,7 +14,7 @@ from kb_eval.isolation.spares import SPARES
 THREAD_SAFE = True  # run_isolated may be called from many threads at once
 
 
-def _preload(target: str, warm_cuda: bool) -> str:
+def _preload_spec(target: str, warm_cuda: bool) -> str:
     return target.partition(":")[0] + (":cuda" if warm_cuda else "")
 
 
@@ -25,7 +25,7 @@ def start_spares(target: str, env: dict | None = None, warm_cuda: bool = False) 
     its CUDA context (H200 host): four deep; other kinds two. Called ahead of a run's
     first task too, so that it does not wait for them: on the H100, a check --harness
     run's first samples each waited ~6 s for the zygote after the memory plan."""
-    SPARES.refill(env, _preload(target, warm_cuda), 4 if warm_cuda else 2)
+    SPARES.refill(env, _preload_spec(target, warm_cuda), 4 if warm_cuda else 2)
 
 
 def run_isolated(target: str, payload: dict, *, workdir: Path, timeout_s: float,
@@ -43,7 +43,7 @@ def run_isolated(target: str, payload: dict, *, workdir: Path, timeout_s: float,
     result_path = workdir / "result.json"
     log_path = workdir / "output.log"
     result_path.unlink(missing_ok=True)
-    preload = _preload(target, warm_cuda)
+    preload = _preload_spec(target, warm_cuda)
     child = SPARES.take(env, preload) if prewarm else None
     if child is None:
         child = Child.start(env, log_path, preload)

@@ -346,9 +346,8 @@ def time_round(payload: dict, device: torch.device) -> dict:
     The stopped candidate keeps its device memory. Out of memory beside it, the round is
     tried once more with what this server only caches given back (reference outputs,
     allocator blocks); out of memory again, the answer says so and the sample keeps its
-    unpaired timing. Raised instead, it ended the server with the buffers it held for
-    the other samples in flight, each then an `eval_error` (the H100, KernelBench level 1:
-    three 8 GiB problems whose children held 25 GiB each)."""
+    unpaired timing (the H100, KernelBench level 1: three 8 GiB problems whose children
+    held 25 GiB each; the server survives such an error, references._out_of_memory)."""
     short = None
     for _ in range(2):
         try:
