@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from kb_eval.eval.wire import outputs
-from kb_eval.eval.judge import reference_worker
+from kb_eval.eval.judge import correctness, reference_worker
 from kb_eval.eval.wire.labels import label_name
 from kb_eval.harness import inputs_for
 from kb_eval.inputs import make_inputs
@@ -137,13 +137,13 @@ def get_init_inputs():
 """
 
 
-@pytest.mark.parametrize("max_bytes", [1 << 30, 0], ids=["late", "at once"])
-def test_the_truth_is_of_the_inputs_the_candidate_got(tmp_path, monkeypatch, max_bytes):
-    """The float64 truth (computed once an output differs, or at once for a problem over
-    LAZY_TRUTH_MAX_BYTES) runs on the label's inputs drawn again, not on what the
-    reference left of them: a candidate that computes 3x in float64 (a few ulps from the
-    reference's fp32 3x) passes the float64 rule, and one a unit off everywhere fails."""
-    monkeypatch.setattr(reference_worker, "LAZY_TRUTH_MAX_BYTES", max_bytes)
+def test_the_truth_is_of_the_inputs_the_candidate_got(tmp_path, monkeypatch):
+    """The float64 truth (computed once an output is beyond the reference's rounding)
+    runs on the label's inputs drawn again, not on what the reference left of them: a
+    candidate that computes 3x in float64 (a few ulps from the reference's fp32 3x)
+    passes the float64 rule, and one a unit off everywhere fails. The shortcut is off
+    here (every output faces the truth): a few ulps are within rounding."""
+    monkeypatch.setattr(correctness, "within_rounding", lambda *args: False)
     module = type("M", (), {"get_inputs": staticmethod(lambda: [torch.randn(256, 64)])})
     labels = [["correct", 0], ["correct", 1]]
     for kind, i in labels:

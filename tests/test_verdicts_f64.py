@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from adversarial.evalrun import run_eval
-from kb_eval.eval.judge.correctness import info_from_diffs, judge_file, resolve_tolerance
+from kb_eval.eval.judge.correctness import (compare_tensor, info_from_diffs, judge_file,
+                                           resolve_tolerance)
 from kb_eval.eval.judge.references import make_plan
 from kb_eval.eval.judge.truth import compare_truth
 from kb_eval.eval.wire import outputs
@@ -74,10 +75,18 @@ def test_judge_file_carries_both_verdicts(tmp_path, long_matmul):
     assert ints["f64"]["ok"] is False and "was not written" in ints["f64"]["error"]
 
 
-def test_truth_computed_only_for_outputs_that_differ(tmp_path, long_matmul):
+def _noisy(truth: torch.Tensor, ulps: float, seed: int = 1) -> torch.Tensor:
+    """The truth off by `ulps` fp32 unit roundoffs (relative, Gaussian), in fp32."""
+    g = torch.Generator().manual_seed(seed)
+    noise = torch.randn(truth.shape, generator=g, dtype=torch.float64)
+    return (truth * (1 + ulps * 2.0 ** -24 * noise)).float()
+
+
+def test_truth_computed_only_beyond_the_references_rounding(tmp_path, long_matmul):
     """A re-check's truth may come as a function: never called when the candidate's output
-    equals the reference's (that passes the float64 rule whatever the truth), called
-    once otherwise, and a reference that cannot run in float64 says so."""
+    is within the reference's rounding of it (truth.within_rounding: equal, or another
+    summation order), called once otherwise, and a reference that cannot run in float64
+    says so."""
     a, b, ref, truth = long_matmul
     asked = []
 
@@ -86,19 +95,41 @@ def test_truth_computed_only_for_outputs_that_differ(tmp_path, long_matmul):
 
     outputs.write(tmp_path / "same.out", [ref.clone()])
     outputs.write(tmp_path / "order.out", [_chunked(a, b, 64)])
+    outputs.write(tmp_path / "noisy.out", [_noisy(truth, 150)])
     outputs.write(tmp_path / "half.out", [a.half().float() @ b.half().float()])
     same = judge_file(tmp_path / "same.out", [ref], 1e-4, 1e-4, truths=later([truth]))
     assert asked == [] and same["f64"]["ok"] and same["f64"]["identical"]
     assert same["f64"]["ok"] == compare_truth(ref, ref, truth)["ok"]
     order = judge_file(tmp_path / "order.out", [ref], 1e-4, 1e-4, truths=later([truth]))
-    assert asked == [1] and order["f64"]["ok"] and "identical" not in order["f64"]
+    assert asked == [] and order["f64"] == {"ok": True, "error": None, "ratio": None,
+                                            "norm_ratio": None, "within_rounding": True}
+    assert order["max_abs"] > 0 and compare_truth(_chunked(a, b, 64), ref, truth)["ok"]
+    # 150 ulps of noise: beyond the shortcut's 64 normwise, within the truth's bound
+    noisy = judge_file(tmp_path / "noisy.out", [ref], 1e-4, 1e-4, truths=later([truth]))
+    assert asked == [1] and noisy["f64"]["ok"] and noisy["f64"]["ratio"] > 0
     half = judge_file(tmp_path / "half.out", [ref], 0.5, 1e-2, truths=later([truth]))
-    assert half["ok"] and not half["f64"]["ok"]  # within allclose, not within the truth's bound
-    why = judge_file(tmp_path / "order.out", [ref], 1e-4, 1e-4, truths=later("no float64"))
+    assert asked == [1, 1] and half["ok"] and not half["f64"]["ok"]  # allclose, not the truth
+    why = judge_file(tmp_path / "noisy.out", [ref], 1e-4, 1e-4, truths=later("no float64"))
     assert why["f64_skipped"] == "no float64" and "f64" not in why
     info = info_from_diffs(["timing_3_ab"], {"timing_3_ab": same}, 1e-4, 1e-4, "f64")
     assert info.verdicts == {"f64": True, "kernelbench": True} and info.passed == 1
     assert info.f64_ratio == 0.0  # no ratio from an identical output: none measured
+
+
+@pytest.mark.parametrize("ulps", [2, 8, 32, 60, 70, 150, 600, 5000])
+def test_within_rounding_never_passes_what_the_truth_fails(long_matmul, ulps):
+    """The shortcut is sufficient, not a second rule: wherever it says "within rounding",
+    the truth's verdict is a pass; the first sizes of noise pass it, the later not."""
+    _, _, ref, truth = long_matmul
+    for out in (_noisy(truth, ulps), (ref.double() + (_noisy(truth, ulps) - truth.float())
+                                      .double()).float()):
+        near = compare_tensor(out, ref, 1e-4, 1e-4).within_rounding
+        verdict = compare_truth(out, ref, truth)
+        assert verdict["ok"] or not near, (ulps, verdict)
+        if ulps <= 32:
+            assert near, ulps
+        if ulps >= 150:
+            assert not near, ulps
 
 
 def test_info_from_diffs_rule_and_fallback():

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import torch
 
-from kb_eval.eval.judge.truth import (K, K_NORM, compare_outputs_truth, special_messages,
-                                     special_mismatches)
+from kb_eval.eval.judge.truth import (K, K_NORM, UNIT_ROUNDOFF, compare_outputs_truth,
+                                     special_messages, special_mismatches, within_rounding)
 from kb_eval.eval.wire import outputs
 from kb_eval.inputs import TOLERANCES
 from kb_eval.results import CorrectnessInfo
@@ -75,9 +75,10 @@ def judge_file(path: Path, refs: list[torch.Tensor], atol: float, rtol: float,
     (read through `staging`, a pinned buffer, when the reference is on a GPU; or in the
     sample's `slots` when the file is a header for one of them), and with their float64
     truth when given (`f64` in the result). `truths` may be a function that computes
-    them (a list, or why they cannot be): called only when the outputs differ from the
-    reference's, since equal outputs pass the float64 rule whatever the truth (its bound
-    is K >= 1 times the reference's own error and more): `f64` then says `identical`."""
+    them (a list, or why they cannot be): called only when the outputs are further from
+    the reference's than truth.within_rounding allows, since closer ones pass the float64
+    rule whatever the truth: `f64` then says `identical` (equal outputs) or
+    `within_rounding`, with no ratios (none were measured)."""
     ref_bytes = sum(t.numel() * t.element_size() for t in refs)
     try:
         outs = outputs.read(path, 4 * ref_bytes + (1 << 20), staging, slots)
@@ -88,9 +89,10 @@ def judge_file(path: Path, refs: list[torch.Tensor], atol: float, rtol: float,
     if truths is None:
         return d
     if callable(truths):
-        if d["ok"] and d["max_abs"] == 0.0:  # NaN and Inf where the reference's, all else equal
+        if d["within_rounding"]:  # NaN and Inf where the reference's, the rest close
+            how = "identical" if d["max_abs"] == 0.0 else "within_rounding"
             d["f64"] = {"ok": True, "error": None, "ratio": None, "norm_ratio": None,
-                        "identical": True}
+                        how: True}
             return d
         truths = truths()
         if isinstance(truths, str):  # the reference does not run in float64
@@ -124,6 +126,9 @@ class Diff:
     sum_abs: float = 0.0
     count: int = 0
     max_rel: float = 0.0
+    # Close enough to the reference's outputs to pass the float64 rule whatever the truth
+    # (truth.within_rounding): a lazy truth is then never computed.
+    within_rounding: bool = False
 
     def as_dict(self) -> dict:
         return dict(vars(self))
@@ -137,8 +142,13 @@ def compare_tensor(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: floa
     if out.is_complex():
         out, ref = torch.view_as_real(out), torch.view_as_real(ref)
     o, r = out.reshape(-1), ref.reshape(-1)
-    max_abs, sum_abs, count, max_rel, bad, nan_bad, inf_bad = kb_stats(o, r, atol, rtol)
+    u = UNIT_ROUNDOFF.get(r.dtype)
+    (max_abs, sum_abs, count, max_rel, bad, nan_bad, inf_bad, excess, d2,
+     r2) = kb_stats(o, r, atol, rtol, K * u if u else 0.0)
     d = Diff(True, None, max_abs, sum_abs, count, max_rel)
+    # An integer or bool output has no rounding: the truth rule keeps KernelBench's for it
+    d.within_rounding = (within_rounding(excess, d2, r2, count, u) if u
+                         else not bad) and not (nan_bad or inf_bad)
     problems = special_messages(nan_bad, inf_bad)
     if bad:
         problems.append(f"{bad}/{o.numel()} values beyond atol={atol:g} rtol={rtol:g} "
@@ -148,24 +158,27 @@ def compare_tensor(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: floa
     return d
 
 
-def kb_stats(o: torch.Tensor, r: torch.Tensor, atol: float,
-             rtol: float) -> tuple[float, float, int, float, int, int, int]:
-    """(max_abs, sum_abs, count, max_rel, bad, nan_bad, inf_bad) of flat `o` against `r`:
-    by the fused kernels (fused.py) where `r` is on a GPU, else by the torch code."""
+def kb_stats(o: torch.Tensor, r: torch.Tensor, atol: float, rtol: float,
+             ku: float = 0.0) -> tuple:
+    """(max_abs, sum_abs, count, max_rel, bad, nan_bad, inf_bad, excess, d2, r2) of flat
+    `o` against `r`, over the positions finite in both: KernelBench's rule, then what
+    truth.within_rounding needs (the largest |o - r| - ku * |r|, at least 0, and the sums
+    of (o - r)^2 and r^2). By the fused kernels (fused.py) where `r` is on a GPU, else by
+    the torch code."""
     if r.device.type == "cuda":
         from kb_eval.eval.judge import fused  # imports Triton: only where a GPU judges
 
         if fused.enabled(r, o):
-            return fused.kb_stats(o, r, atol, rtol, CHUNK)
-    return kb_stats_torch(o, r, atol, rtol)
+            return fused.kb_stats(o, r, atol, rtol, CHUNK, ku)
+    return kb_stats_torch(o, r, atol, rtol, ku)
 
 
-def kb_stats_torch(o: torch.Tensor, r: torch.Tensor, atol: float,
-                   rtol: float) -> tuple[float, float, int, float, int, int, int]:
+def kb_stats_torch(o: torch.Tensor, r: torch.Tensor, atol: float, rtol: float,
+                   ku: float = 0.0) -> tuple:
     """kb_stats in torch, chunk by chunk in float64 (any device, any dtype)."""
     # Every position kept, the uncounted ones zeroed, sums read once (truth.py says why).
     zero = torch.zeros((), dtype=torch.float64, device=r.device)
-    max_abs, sum_abs, max_rel = zero, zero, zero
+    max_abs, sum_abs, max_rel, excess, d2, r2 = zero, zero, zero, zero, zero, zero
     bad, count, nan_bad, inf_bad = zero.long(), zero.long(), 0, 0
     for s in range(0, o.numel(), CHUNK):
         oc, rc = o[s:s + CHUNK].to(r.device).double(), r[s:s + CHUNK].double()
@@ -174,20 +187,22 @@ def kb_stats_torch(o: torch.Tensor, r: torch.Tensor, atol: float,
         nan_bad, inf_bad = nan_bad + nb, inf_bad + ib
         out_of_count = ~finite
         diff = (oc - rc).abs_().masked_fill_(out_of_count, 0.0)
-        ra = rc.abs()
+        ra = rc.abs().masked_fill_(out_of_count, 0.0)
         bad = bad + (diff > ra.mul(rtol).add_(atol)).sum()
         max_abs, sum_abs = torch.maximum(max_abs, diff.max()), sum_abs + diff.sum()
+        excess = torch.maximum(excess, (diff - ra * ku).max())
+        d2, r2 = d2 + torch.dot(diff, diff), r2 + torch.dot(ra, ra)
         rel = diff.div(ra.clamp_min_(max(atol, 1e-12))).masked_fill_(out_of_count, 0.0)
         max_rel, count = torch.maximum(max_rel, rel.max()), count + finite.sum()
     return (float(max_abs), float(sum_abs), int(count), float(max_rel), int(bad),
-            nan_bad, inf_bad)
+            nan_bad, inf_bad, float(excess), float(d2), float(r2))
 
 
 def compare_outputs(outs: list[torch.Tensor], refs: list[torch.Tensor], atol: float,
                     rtol: float) -> Diff:
     if len(outs) != len(refs):
         return Diff(False, f"{len(outs)} output tensor(s), expected {len(refs)}")
-    total = Diff(True)
+    total = Diff(True, within_rounding=True)
     for i, (o, r) in enumerate(zip(outs, refs)):
         d = compare_tensor(o, r, atol, rtol)
         if not d.ok:
@@ -195,6 +210,7 @@ def compare_outputs(outs: list[torch.Tensor], refs: list[torch.Tensor], atol: fl
             return Diff(False, where + d.error, d.max_abs, d.sum_abs, d.count, d.max_rel)
         total.max_abs, total.max_rel = max(total.max_abs, d.max_abs), max(total.max_rel, d.max_rel)
         total.sum_abs, total.count = total.sum_abs + d.sum_abs, total.count + d.count
+        total.within_rounding &= d.within_rounding
     return total
 
 

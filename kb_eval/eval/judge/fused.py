@@ -62,13 +62,15 @@ def enabled(ref: torch.Tensor, *others: torch.Tensor) -> bool:
 
 
 def kb_stats(o: torch.Tensor, r: torch.Tensor, atol: float, rtol: float,
-             chunk: int) -> tuple[float, float, int, float, int, int, int]:
-    """KernelBench's rule over flat `o` and `r` (same dtype and length): (max_abs, sum_abs,
-    count, max_rel, bad, nan_bad, inf_bad), as correctness.kb_stats_torch gives them."""
-    params = _params(r.device, atol, rtol, max(atol, 1e-12))
-    max_abs, max_rel, sum_abs, count, bad, nan_bad, inf_bad = _run(
-        _kb_kernel, r.device, [o, r], params, n_max=2, n_sum=5, chunk=chunk)
-    return max_abs, sum_abs, int(count), max_rel, int(bad), int(nan_bad), int(inf_bad)
+             chunk: int, ku: float = 0.0) -> tuple:
+    """KernelBench's rule over flat `o` and `r` (same dtype and length), and what
+    truth.within_rounding needs: (max_abs, sum_abs, count, max_rel, bad, nan_bad, inf_bad,
+    excess, d2, r2), as correctness.kb_stats_torch gives them."""
+    params = _params(r.device, atol, rtol, max(atol, 1e-12), ku)
+    max_abs, max_rel, excess, sum_abs, count, bad, nan_bad, inf_bad, d2, r2 = _run(
+        _kb_kernel, r.device, [o, r], params, n_max=3, n_sum=7, chunk=chunk)
+    return (max_abs, sum_abs, int(count), max_rel, int(bad), int(nan_bad), int(inf_bad),
+            excess, d2, r2)
 
 
 def scales(r: torch.Tensor, t: torch.Tensor, chunk: int) -> tuple[float, float, int]:
@@ -181,9 +183,13 @@ if triton is not None:
                    TILES: tl.constexpr):
         pid = tl.program_id(0)
         atol, rtol, floor = tl.load(p_ptr), tl.load(p_ptr + 1), tl.load(p_ptr + 2)
+        ku = tl.load(p_ptr + 3)
         max_abs = tl.zeros([BLOCK], dtype=tl.float64)
         max_rel = tl.zeros([BLOCK], dtype=tl.float64)
+        excess = tl.zeros([BLOCK], dtype=tl.float64)
         sum_abs = tl.zeros([BLOCK], dtype=tl.float64)
+        d2 = tl.zeros([BLOCK], dtype=tl.float64)
+        r2 = tl.zeros([BLOCK], dtype=tl.float64)
         count = tl.zeros([BLOCK], dtype=tl.int32)
         bad = tl.zeros([BLOCK], dtype=tl.int32)
         nan_bad = tl.zeros([BLOCK], dtype=tl.int32)
@@ -195,11 +201,14 @@ if triton is not None:
             nb, ib = _special(o, r, inb)
             o, r = o.to(tl.float64), r.to(tl.float64)
             diff = tl.where(fin, tl.abs(o - r), 0.0)
-            ra = tl.abs(r)
+            ra = tl.where(fin, tl.abs(r), 0.0)
             rel = tl.where(fin, diff / tl.maximum(ra, floor), 0.0)
             # no NaN here (|o - r| of finite values, over a floor > 0): a plain maximum
             max_abs, max_rel = tl.maximum(max_abs, diff), tl.maximum(max_rel, rel)
+            excess = tl.maximum(excess, diff - ra * ku)
             sum_abs += diff
+            d2 += diff * diff
+            r2 += ra * ra
             count += fin.to(tl.int32)
             bad += ((diff > ra * rtol + atol) & inb).to(tl.int32)
             nan_bad += nb
@@ -207,11 +216,14 @@ if triton is not None:
         out = part_ptr + pid
         _put(out, stride, 0, tl.max(max_abs, axis=0))
         _put(out, stride, 1, tl.max(max_rel, axis=0))
-        _put(out, stride, 2, tl.sum(sum_abs, axis=0))
-        _put_count(out, stride, 3, count)
-        _put_count(out, stride, 4, bad)
-        _put_count(out, stride, 5, nan_bad)
-        _put_count(out, stride, 6, inf_bad)
+        _put(out, stride, 2, tl.max(excess, axis=0))
+        _put(out, stride, 3, tl.sum(sum_abs, axis=0))
+        _put_count(out, stride, 4, count)
+        _put_count(out, stride, 5, bad)
+        _put_count(out, stride, 6, nan_bad)
+        _put_count(out, stride, 7, inf_bad)
+        _put(out, stride, 8, tl.sum(d2, axis=0))
+        _put(out, stride, 9, tl.sum(r2, axis=0))
 
     @triton.jit
     def _scales_kernel(r_ptr, t_ptr, part_ptr, n, stride, BLOCK: tl.constexpr,
