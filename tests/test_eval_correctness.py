@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import torch
@@ -224,3 +225,25 @@ def test_find_candidates_names_and_manifest(tmp_path):
     manifest.write_text(json.dumps([{"key": "nonsense", "path": "x.py"}]))
     with pytest.raises(UserError, match="entry 0"):
         find_candidates([str(manifest)])
+
+
+def test_outputs_read_in_pieces_by_threads(tmp_path, monkeypatch):
+    """A file of several read pieces comes back byte for byte (each thread reads its own
+    piece at its own offset), and one cut short after its size was checked is refused."""
+    monkeypatch.setattr(outputs, "READ_PIECE", 4096)
+    monkeypatch.setattr(outputs, "READ_THREADS", 3)
+    ts = [torch.randn(1000, 7), torch.arange(5000, dtype=torch.int64)]
+    back = outputs.read(_write(tmp_path / "big.out", ts), 1 << 20)
+    assert all(torch.equal(b, t) for b, t in zip(back, ts))
+    staging = outputs.Staging()
+    staging.bytes = lambda n: torch.empty(n, dtype=torch.uint8)  # no pinning on a CPU
+    assert torch.equal(outputs.read(tmp_path / "big.out", 1 << 20, staging)[1], ts[1])
+
+    real_fstat = os.fstat
+    cut = tmp_path / "cut.out"
+    cut.write_bytes((tmp_path / "big.out").read_bytes()[:-10_000])
+    full_size = (tmp_path / "big.out").stat().st_size
+    monkeypatch.setattr(outputs.os, "fstat", lambda fd: os.stat_result(
+        (*real_fstat(fd)[:6], full_size, *real_fstat(fd)[7:])))  # the size it had when checked
+    with pytest.raises(outputs.OutputsUnreadable, match="was cut short"):
+        outputs.read(cut, 1 << 20)

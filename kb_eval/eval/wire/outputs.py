@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
@@ -188,10 +189,34 @@ def _views(data: torch.Tensor, layout: list) -> list[torch.Tensor]:
     return tensors
 
 
+# Large files are read in pieces by several threads (os.preadv lets go of the GIL): on
+# this project's 2-core CPU, a 2 GiB file in /dev/shm read into a reused buffer (as the
+# server's pinned staging one) took 0.29-0.73 s by one thread (3.0-7.4 GB/s), 0.16-0.19 s
+# by two (11.6-13.3 GB/s), three runs each, alternating. On the H100 the reference
+# server's judging of KernelBench level1/34-39, outputs of 7-8 GiB partly through files
+# (no room for a buffer each), took 26.4 of the level's 31.2 s. Writing does not gain so
+# (the writer allocates the file's pages: 2.2-2.9 GB/s alone, 1.9-2.1 with two threads).
+READ_PIECE = 64 << 20
+READ_THREADS = min(8, os.cpu_count() or 1)
+
+
 def _read_into(f, data: torch.Tensor, name: str) -> None:
-    view, got = memoryview(data.numpy()), 0
+    """Fill `data` from the file's current offset on, or OutputsUnreadable when the file
+    ends first (it was cut short after its size was checked)."""
+    view, start = memoryview(data.numpy()), f.tell()
+    pieces = range(0, len(view), READ_PIECE)
+    if len(pieces) < 2 or READ_THREADS < 2:
+        _read_piece(f.fileno(), view, start, name)
+        return
+    with ThreadPoolExecutor(min(READ_THREADS, len(pieces))) as pool:
+        list(pool.map(lambda at: _read_piece(f.fileno(), view[at:at + READ_PIECE],
+                                             start + at, name), pieces))
+
+
+def _read_piece(fd: int, view: memoryview, offset: int, name: str) -> None:
+    got = 0
     while got < len(view):  # one read returns at most ~2 GiB on Linux
-        n = f.readinto(view[got:])
+        n = os.preadv(fd, [view[got:]], offset + got)
         if not n:
             raise OutputsUnreadable(f"{name} was cut short")
         got += n
