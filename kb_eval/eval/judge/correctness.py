@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -143,38 +144,49 @@ def compare_tensor(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: floa
         out, ref = torch.view_as_real(out), torch.view_as_real(ref)
     o, r = out.reshape(-1), ref.reshape(-1)
     u = UNIT_ROUNDOFF.get(r.dtype)
-    (max_abs, sum_abs, count, max_rel, bad, nan_bad, inf_bad, excess, d2,
-     r2) = kb_stats(o, r, atol, rtol, K * u if u else 0.0)
-    d = Diff(True, None, max_abs, sum_abs, count, max_rel)
+    st = kb_stats(o, r, atol, rtol, K * u if u else 0.0)
+    d = Diff(True, None, st.max_abs, st.sum_abs, st.count, st.max_rel)
     # An integer or bool output has no rounding: the truth rule keeps KernelBench's for it
-    d.within_rounding = (within_rounding(excess, d2, r2, count, u) if u
-                         else not bad) and not (nan_bad or inf_bad)
-    problems = special_messages(nan_bad, inf_bad)
-    if bad:
-        problems.append(f"{bad}/{o.numel()} values beyond atol={atol:g} rtol={rtol:g} "
+    d.within_rounding = (within_rounding(st.excess, st.d2, st.r2, st.count, u) if u
+                         else not st.bad) and not (st.nan_bad or st.inf_bad)
+    problems = special_messages(st.nan_bad, st.inf_bad)
+    if st.bad:
+        problems.append(f"{st.bad}/{o.numel()} values beyond atol={atol:g} rtol={rtol:g} "
                         f"(max abs diff {d.max_abs:.3g})")
     if problems:
         d.ok, d.error = False, "; ".join(problems)
     return d
 
 
+class KbStats(NamedTuple):
+    """One pass over flat `o` against `r`, over the positions finite in both: KernelBench's
+    rule, then what truth.within_rounding needs."""
+    max_abs: float
+    sum_abs: float
+    count: int  # positions finite in both
+    max_rel: float
+    bad: int  # beyond atol + rtol * |r|
+    nan_bad: int  # NaN, and an infinity, where the reference has none
+    inf_bad: int
+    excess: float  # the largest |o - r| - ku * |r|, at least 0
+    d2: float  # the sum of (o - r)^2
+    r2: float  # the sum of r^2
+
+
 def kb_stats(o: torch.Tensor, r: torch.Tensor, atol: float, rtol: float,
-             ku: float = 0.0) -> tuple:
-    """(max_abs, sum_abs, count, max_rel, bad, nan_bad, inf_bad, excess, d2, r2) of flat
-    `o` against `r`, over the positions finite in both: KernelBench's rule, then what
-    truth.within_rounding needs (the largest |o - r| - ku * |r|, at least 0, and the sums
-    of (o - r)^2 and r^2). By the fused kernels (fused.py) where `r` is on a GPU, else by
-    the torch code."""
+             ku: float = 0.0) -> KbStats:
+    """KbStats of flat `o` against `r`: by the fused kernels (fused.py) where `r` is on a
+    GPU, else by the torch code."""
     if r.device.type == "cuda":
         from kb_eval.eval.judge import fused  # imports Triton: only where a GPU judges
 
         if fused.enabled(r, o):
-            return fused.kb_stats(o, r, atol, rtol, CHUNK, ku)
+            return KbStats(*fused.kb_stats(o, r, atol, rtol, CHUNK, ku))
     return kb_stats_torch(o, r, atol, rtol, ku)
 
 
 def kb_stats_torch(o: torch.Tensor, r: torch.Tensor, atol: float, rtol: float,
-                   ku: float = 0.0) -> tuple:
+                   ku: float = 0.0) -> KbStats:
     """kb_stats in torch, chunk by chunk in float64 (any device, any dtype)."""
     # Every position kept, the uncounted ones zeroed, sums read once (truth.py says why).
     zero = torch.zeros((), dtype=torch.float64, device=r.device)
@@ -194,8 +206,8 @@ def kb_stats_torch(o: torch.Tensor, r: torch.Tensor, atol: float, rtol: float,
         d2, r2 = d2 + torch.dot(diff, diff), r2 + torch.dot(ra, ra)
         rel = diff.div(ra.clamp_min_(max(atol, 1e-12))).masked_fill_(out_of_count, 0.0)
         max_rel, count = torch.maximum(max_rel, rel.max()), count + finite.sum()
-    return (float(max_abs), float(sum_abs), int(count), float(max_rel), int(bad),
-            nan_bad, inf_bad, float(excess), float(d2), float(r2))
+    return KbStats(float(max_abs), float(sum_abs), int(count), float(max_rel), int(bad),
+                   nan_bad, inf_bad, float(excess), float(d2), float(r2))
 
 
 def compare_outputs(outs: list[torch.Tensor], refs: list[torch.Tensor], atol: float,

@@ -4,7 +4,8 @@ Why: on an H100 the reference server spent ~1 s a sample in `judge_file`. The to
 of `compare_tensor` and `compare_truth` runs ~20-25 elementwise kernels per chunk over
 float64 temporaries, ~50 passes over memory per label for outputs of hundreds of millions
 of elements. The kernels here read each input once, convert to float64 in registers and
-compute the same statistics: one pass for KernelBench's rule (`kb_stats`), two for the
+compute the same statistics: one pass for KernelBench's rule and what says whether the
+output is within the reference's rounding (`kb_stats`; truth.within_rounding), two for the
 truth rule (`scales` gives E^2, truth^2 and their count, from which the caller computes S
 and M; `truth_check` then uses them).
 
@@ -64,8 +65,8 @@ def enabled(ref: torch.Tensor, *others: torch.Tensor) -> bool:
 def kb_stats(o: torch.Tensor, r: torch.Tensor, atol: float, rtol: float,
              chunk: int, ku: float = 0.0) -> tuple:
     """KernelBench's rule over flat `o` and `r` (same dtype and length), and what
-    truth.within_rounding needs: (max_abs, sum_abs, count, max_rel, bad, nan_bad, inf_bad,
-    excess, d2, r2), as correctness.kb_stats_torch gives them."""
+    truth.within_rounding needs: correctness.KbStats's fields in its order, as
+    correctness.kb_stats_torch gives them."""
     params = _params(r.device, atol, rtol, max(atol, 1e-12), ku)
     max_abs, max_rel, excess, sum_abs, count, bad, nan_bad, inf_bad, d2, r2 = _run(
         _kb_kernel, r.device, [o, r], params, n_max=3, n_sum=7, chunk=chunk)
