@@ -54,11 +54,12 @@ def within_rounding(excess: float, d2: float, r2: float, count: int, u: float) -
     K_NORM * (||E|| + u*||truth||) >= ||E|| + K_NORM*u*||ref|| likewise. One assumption:
     the truth is finite wherever the reference is (the rule counts only positions finite
     in all three; float64 has the wider range). For fp32 that is 1.5e-5 of the
-    reference's scale elementwise and 3.8e-6 normwise: another summation order lands
-    there (~u * sqrt(terms) of the scale), a TF32, fp16 or bf16 downgrade (~2^-11 and
-    more) never does, and must face the truth. On the H100 the truth was most of the
-    reference server's time for nondeterministic references (level1/68, a transposed
-    3-D convolution: 25 s of float64), whose honest copies never equal the reference."""
+    reference's scale elementwise and 3.8e-6 normwise: another blocking of the same sums
+    lands there (a 16384-term matmul chunked or transposed: 0-7 u of the norm, against
+    64), a TF32, fp16 or bf16 downgrade (~5,000 u and more) never does, and faces the
+    truth (tests/test_verdicts_f64.py). The truth was most of the reference server's time
+    for nondeterministic references, whose honest copies never equal the reference: on
+    the H100, 25.1 of level1/68's 27.3 s (a transposed 3-D convolution in float64)."""
     if not count:
         return True
     ku = K * u
