@@ -185,10 +185,10 @@ def _reference_outputs(p: Problem, payload: dict, name: str, kind: str, i: int, 
 # the reference's than its rounding (judge/truth.py within_rounding: closer outputs pass
 # the float64 rule whatever the truth), on its inputs drawn again. On the H100 the truth
 # took 70 of the reference server's 159 busy seconds over KernelBench level 2's copies
-# when it was computed for every label (float64 convolutions being slow there), and 105 of
-# levels 1-3's 288 s when computed for every output not equal to the reference's
+# when it was computed for every label (float64 convolutions being slow there), and 59.7
+# of 169.1 over level 1 when computed for every output not equal to the reference's
 # (nondeterministic references; problems of over 1 GiB, whose truth was taken at once:
-# level1/68's 25 s, a transposed 3-D convolution). A problem all of whose samples stay
+# level1/68's 25.1 s, a transposed 3-D convolution). A problem all of whose samples stay
 # within rounding never learns whether its reference runs in float64: it needs not.
 
 
