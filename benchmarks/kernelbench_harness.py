@@ -72,6 +72,8 @@ def summary(r: dict) -> str:
     med = copy[len(copy) // 2] if copy else float("nan")
     bad = [f"{x['key']} {x['status']}: {(x['reason'] or '')[:120]}" for x in rows
            if not x["judgeable"]]
+    unpaired = [f"{x['key']}: {(x.get('unpaired') or '')[:160]}" for x in rows
+                if "unpaired" in (x.get("flags") or [])]
     nondet = sum(x["deterministic"] is False for x in rows)
     cis = [x["speedup_ci"] for x in rows if x.get("speedup_ci")]
     holds = sum(lo <= 1.0 <= hi for lo, hi in cis)
@@ -82,11 +84,12 @@ def summary(r: dict) -> str:
             f"speedup median {med:.3f}, {within}/{len(copy)} within [0.97, 1.03]; intervals "
             f"holding 1.0: {holds}/{len(cis)}, above it (fast_1_sig): "
             f"{sum(lo > 1.0 for lo, _ in cis)}; non-deterministic references {nondet}; "
-            f"unpaired {sum('unpaired' in (x.get('flags') or []) for x in rows)}")
+            f"unpaired {len(unpaired)}")
     phases = [x.get("phases") or {} for x in rows]
     shares = [] if r["wall_s"] is None else ["   " + busy_share(phases, r["wall_s"], 1)]
     return "\n".join([text] + shares + ["   " + phase_medians(phases)]
-                     + [f"   not judgeable: {b}" for b in bad])
+                     + [f"   not judgeable: {b}" for b in bad]
+                     + [f"   unpaired: {u}" for u in unpaired])
 
 
 def serial_retry(args, first: dict) -> dict | None:

@@ -42,6 +42,8 @@ def row_of(record: SampleRecord) -> dict:
             "reference_peak_bytes": mem.get("reference_peak"),
             "copy_peak_bytes": mem.get("candidate_peak"), "wall_s": record.wall_s,
             "retried": record.retried, "flags": [f.code for f in record.flags],
+            # why its interval is not a paired one (a sweep's report kept only the code)
+            "unpaired": next((f.message for f in record.flags if f.code == "unpaired"), None),
             "phases": record.phases}
 
 

@@ -19,6 +19,7 @@ from kb_eval.eval import EvalConfig, evaluate
 from kb_eval.eval.judge.score import summarize
 from kb_eval.faults import VAR
 from kb_eval.problems import load_problems, reference_copy
+from kb_eval.selfcheck import row_of
 from kb_eval.timing import TimingSettings
 
 pytestmark = pytest.mark.slow
@@ -193,4 +194,5 @@ def test_a_paired_round_out_of_device_memory_keeps_the_server(kb_folder, tmp_pat
     assert record.speedup_ci_method != "paired_rounds"
     unpaired = [f.message for f in record.flags if f.code == "unpaired"]
     assert len(unpaired) == 1 and "out of device memory" in unpaired[0], record.flags
+    assert row_of(record)["unpaired"] == unpaired[0]  # check --harness's row says why
 
