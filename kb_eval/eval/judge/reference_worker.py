@@ -342,15 +342,15 @@ def time_round(payload: dict, device: torch.device) -> dict:
     allocator blocks); out of memory again, the answer says so and the sample keeps its
     unpaired timing (the H100, KernelBench level 1: three 8 GiB problems whose children
     held 25 GiB each; the server survives such an error, references._out_of_memory)."""
-    short = None
-    for _ in range(2):
-        try:
-            inject_fault("round_oom", torch.OutOfMemoryError)
-            return _time_round(payload, device)
-        except torch.OutOfMemoryError as e:
-            short = str(e).splitlines()[0][:200]
-            _give_back_cached(device)
-    return {"error": f"out of device memory beside the stopped candidate: {short}"}
+    def one_round() -> dict:
+        inject_fault("round_oom", torch.OutOfMemoryError)
+        return _time_round(payload, device)
+
+    try:
+        return with_room(one_round, device, give_back=_give_back_cached)
+    except torch.OutOfMemoryError as e:
+        short = str(e).splitlines()[0][:200]
+        return {"error": f"out of device memory beside the stopped candidate: {short}"}
 
 
 def _give_back_cached(device: torch.device) -> None:
@@ -453,17 +453,17 @@ def baseline_model(p: Problem, payload: dict, device: torch.device):
     return p.compiled[mode]
 
 
-def with_room(call, device: torch.device):
-    """`call()`, once more after giving the allocator's cached blocks back if it ran out of
-    memory: on the H100 a 16 GiB KernelBench input's float64 run failed to get 32 GiB
-    with 31.9 GiB cached but split in smaller blocks (an OOM of ours, not the problem's)."""
+def with_room(call, device: torch.device, give_back=None):
+    """`call()`, once more after `give_back(device)` if it ran out of memory; by default
+    after giving the allocator's cached blocks back, on a GPU only: on the H100 a 16 GiB
+    KernelBench input's float64 run failed to get 32 GiB with 31.9 GiB cached but split
+    in smaller blocks (an OOM of ours, not the problem's)."""
     try:
         return call()
     except torch.OutOfMemoryError:
-        if device.type != "cuda":
+        if give_back is None and device.type != "cuda":
             raise
-    gc.collect()
-    torch.cuda.empty_cache()
+    (give_back or (lambda d: release(d, force=True)))(device)
     return call()
 
 
