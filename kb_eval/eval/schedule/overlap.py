@@ -1,14 +1,17 @@
 """Several candidate children per device, and the time budgets that keep one from holding
 its lane.
 
-A device runs up to `lane_depth` samples at once (pool.py starts that many lane threads
-per device); their children start, load, compile and run correctness side by side, and
-the device's timing lock (kb_eval/devlock.py) makes each timing step run alone.
-`DeviceSlots` narrows that per problem with the memory plan: a child is counted at three
-times the reference's footprint (its inputs and outputs, the copies it stages, and the
-reference server comparing another sample beside it), and a problem of which fewer than
-`lane_depth` such fit in what the device offers takes as many slots as that leaves it
-(one that fits once runs with no neighbour).
+A device runs up to `lane_depth` samples at once; their children start, load, compile and
+run correctness side by side, and the device's timing lock (kb_eval/devlock.py) makes each
+timing step run alone. `DeviceSlots` also keeps them within the device's memory: a sample
+is charged three times its reference's footprint and its output buffers (its own inputs
+and outputs, the copies it stages, and the reference server comparing another sample
+beside it), and the charges of the samples in flight never add up to more than the plan's
+free memory (one too large for that runs alone). Samples start in the order they came,
+except that a later one may pass a waiting one that does not fit yet when that cannot make
+it wait longer than for the samples already running (`DeviceSlots._may_start`), so a
+large problem that waits for room does not keep small ones from running beside the
+samples it waits for.
 
 `Budgets` reads where the child says it is (its `progress` file, child/worker.py `mark`)
 and names the budget it overran: the load budget for the candidate's import, init and
@@ -20,9 +23,11 @@ timeout stays the hard limit.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -30,38 +35,77 @@ from kb_eval.eval.config import EvalConfig
 
 PROGRESS = "progress"
 CHILD_FOOTPRINT = 3  # a child in flight, in reference footprints (module docstring)
+# Samples a device's lanes hold planned and waiting beside those in flight, so a later one
+# can pass one waiting for room (two found as many passes as sixteen in a replay of the
+# H100's KernelBench records).
+WAITING_LANES = 2
+
+
+def lanes_per_device(depth: int) -> int:
+    """Lane threads of a device: `depth` in flight, and (depth > 1) a few waiting."""
+    return depth + (WAITING_LANES if depth > 1 else 0)
 
 
 class DeviceSlots:
-    """Up to `depth` samples in flight on one device; a wide one takes several slots (and
-    new narrow ones wait behind it, so it is not starved)."""
+    """Samples in flight on one device: at most `depth`, and their charges (`charge`)
+    within the memory the plan offers."""
 
     def __init__(self, depth: int):
-        self.depth, self.used, self.wide_waiting = depth, 0, 0
+        self.depth = depth
         self.cond = threading.Condition()
+        self.tickets = itertools.count()
+        self.waiting: list[_Sample] = []  # in the order they came
+        self.running: dict[int, _Sample] = {}  # by ticket
 
-    def width(self, need_bytes: int | None, free_bytes: int | None) -> int:
-        """Slots a sample of this footprint takes (module docstring)."""
-        if not need_bytes or not free_bytes:
-            return 1
-        fit = max(1, free_bytes // (CHILD_FOOTPRINT * need_bytes))
-        return min(self.depth, -(-self.depth // fit))
+    @staticmethod
+    def charge(need_bytes: int | None, exchange_bytes: int = 0) -> int:
+        """What a sample holds of the device's memory, at most (module docstring): 0
+        when its reference's footprint is unknown (the depth alone limits it)."""
+        return CHILD_FOOTPRINT * (need_bytes + exchange_bytes) if need_bytes else 0
 
     @contextmanager
-    def held(self, width: int) -> Iterator[None]:
-        wide = width > 1
+    def held(self, charge: int, free_bytes: int | None) -> Iterator[None]:
+        """Hold a place for a sample of this charge while the block runs; `free_bytes`:
+        what its plan found the device offers (None: unknown, the depth alone limits)."""
+        me = _Sample(next(self.tickets), charge if free_bytes else 0, free_bytes or 0)
         with self.cond:
-            self.wide_waiting += wide
-            self.cond.wait_for(lambda: self.used + width <= self.depth
-                               and (wide or not self.wide_waiting))
-            self.wide_waiting -= wide
-            self.used += width
+            self.waiting.append(me)
+            self.cond.wait_for(lambda: self._may_start(me))
+            self.waiting.remove(me)
+            self.running[me.ticket] = me
+            self.cond.notify_all()  # the next in line may start beside it, or pass it
         try:
             yield
         finally:
             with self.cond:
-                self.used -= width
+                del self.running[me.ticket]
                 self.cond.notify_all()
+
+    def _fits(self, s: "_Sample") -> bool:
+        used = sum(r.charge for r in self.running.values())
+        return len(self.running) < self.depth and (not self.running
+                                                   or used + s.charge <= s.free)
+
+    def _may_start(self, me: "_Sample") -> bool:
+        """The first waiting sample starts as soon as it fits. A later one that fits may
+        pass it only while it does not fit, and only if it, the first one and the
+        samples that already passed the first one fit the device together: once the
+        samples running before the first one end, the first one starts."""
+        head = self.waiting[0]
+        if me is head:
+            return self._fits(me)
+        if self._fits(head) or not self._fits(me):
+            return False
+        passed = [r for r in self.running.values() if r.ticket > head.ticket]
+        return (len(passed) + 2 <= self.depth
+                and sum(r.charge for r in passed) + me.charge + head.charge <= head.free)
+
+
+@dataclass(frozen=True)
+class _Sample:
+    ticket: int
+    charge: int  # bytes (0: unknown)
+    free: int  # what its plan found the device offers (0: unknown)
 
 
 class Budgets:

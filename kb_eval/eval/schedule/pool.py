@@ -3,7 +3,7 @@
     submit() ──► build pool (ThreadPoolExecutor of `jobs` build children, no GPU visible)
                    │ built (or cached)           │ compile error / build crash
                    ▼                             ▼
-             ready queue ──► lane_depth threads per device (GPU id or "cpu"): candidate
+             ready queue ──► lane threads per device (GPU id or "cpu"): candidate
                              child, then the reference server, which compares on the
                              device; timing steps one at a time (overlap.py, devlock.py)
                                        │
@@ -33,7 +33,7 @@ from kb_eval.eval.schedule.build import (BuildOutcome, Builder, clear_batons,
                                          clear_old_batons, source_sha256)
 from kb_eval.eval.schedule.context import EvalContext
 from kb_eval.eval.schedule.first_call import first_call_payload
-from kb_eval.eval.schedule.overlap import DeviceSlots
+from kb_eval.eval.schedule.overlap import DeviceSlots, lanes_per_device
 from kb_eval.eval.schedule.reaper import sweep_escapees
 from kb_eval.eval.judge.references import ReferenceStore
 from kb_eval.eval.schedule.lane import clean_up, evaluate_guarded, internal_error
@@ -149,11 +149,11 @@ class EvalPool(RecordStream):
             start_children(ctx, d)
         self.prefix = f"kb-eval-{next(_POOL_IDS)}-"  # names this pool's threads
         self.builds = ThreadPoolExecutor(cfg.jobs, thread_name_prefix=self.prefix + "build")
-        # lane_depth threads per device: as many samples in flight there (overlap.py)
+        # lane_depth samples in flight per device, and a few more waiting (overlap.py)
         self.slots = {d: DeviceSlots(cfg.lane_depth) for d in ctx.devices}
         self.devices = [threading.Thread(target=self._device_loop, args=(d,), daemon=True,
                                          name=f"{self.prefix}device-{d}-{k}")
-                        for d in ctx.devices for k in range(cfg.lane_depth)]
+                        for d in ctx.devices for k in range(lanes_per_device(cfg.lane_depth))]
         for t in self.devices:
             t.start()
 

@@ -34,8 +34,7 @@ def evaluate_sample(ctx: EvalContext, refs: ReferenceStore, task: SampleTask,
     if slots is None:
         return _evaluate_planned(ctx, refs, task, device, plan)
     # A sample's output buffers (exchange.py) are held beside its child: part of its need.
-    with slots.held(slots.width((plan.need_bytes or 0) + task.exchange_bytes or None,
-                                plan.free_bytes)):
+    with slots.held(slots.charge(plan.need_bytes, task.exchange_bytes), plan.free_bytes):
         task.laps.lap("wait_slot")
         return _evaluate_planned(ctx, refs, task, device, plan)
 

@@ -1,0 +1,109 @@
+"""DeviceSlots (eval/schedule/overlap.py): which samples a device runs at once, by count
+and by memory, and when a later sample may pass one waiting for room."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from kb_eval.eval.schedule.overlap import CHILD_FOOTPRINT, DeviceSlots, lanes_per_device
+
+
+class Sample:
+    """A lane thread holding a place for one sample until `end()`."""
+
+    def __init__(self, slots: DeviceSlots, charge: int, free: int | None = 10):
+        self.started, self.done = threading.Event(), threading.Event()
+        before = len(slots.waiting) + len(slots.running)
+        self.thread = threading.Thread(target=self._run, args=(slots, charge, free), daemon=True)
+        self.thread.start()
+        # it has its ticket (in line or running) before the next sample comes
+        _until(lambda: len(slots.waiting) + len(slots.running) > before)
+
+    def _run(self, slots: DeviceSlots, charge: int, free: int | None) -> None:
+        with slots.held(charge, free):
+            self.started.set()
+            self.done.wait(10)
+
+    def end(self) -> None:
+        self.done.set()
+        self.thread.join(10)
+
+    @property
+    def running(self) -> bool:
+        return self.started.wait(0.2)
+
+
+def _until(cond, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.002)
+
+
+def test_no_more_than_depth_in_flight():
+    slots = DeviceSlots(3)
+    first = [Sample(slots, 0, None) for _ in range(3)]
+    fourth = Sample(slots, 0, None)
+    assert all(s.running for s in first) and not fourth.running
+    first[1].end()
+    assert fourth.running
+
+
+def test_charges_in_flight_stay_within_the_free_memory():
+    slots = DeviceSlots(3)
+    a = Sample(slots, 6)
+    b = Sample(slots, 6)  # 12 > 10: waits though a lane is free
+    assert a.running and not b.running
+    a.end()
+    assert b.running
+
+
+def test_a_sample_larger_than_the_device_runs_alone_and_is_not_passed():
+    slots = DeviceSlots(3)
+    a = Sample(slots, 2)
+    huge = Sample(slots, 20)
+    small = Sample(slots, 1)  # fits beside `a`, but `huge` could never start beside it
+    assert a.running and not huge.running and not small.running
+    a.end()
+    assert huge.running and not small.running
+    huge.end()
+    assert small.running
+
+
+def test_a_later_sample_passes_one_waiting_for_room_without_delaying_it():
+    slots = DeviceSlots(3)
+    a = Sample(slots, 6)
+    head = Sample(slots, 8)  # 14 > 10: waits for `a`
+    x = Sample(slots, 2)  # fits beside `a`, and beside `head` once `a` ends: passes
+    y = Sample(slots, 2)  # would leave no room for `head` beside `x`: waits its turn
+    assert a.running and x.running
+    assert not head.running and not y.running
+    a.end()
+    assert head.running  # started once `a` ended, `x` beside it
+    assert not y.running  # 2 + 8 + 2 > 10
+    x.end()
+    assert y.running
+
+
+def test_nothing_passes_a_waiting_sample_that_fits():
+    """Waiting for a lane, not for room: a later sample never takes the lane first."""
+    slots = DeviceSlots(2)
+    a, b = Sample(slots, 1), Sample(slots, 1)
+    head, later = Sample(slots, 1), Sample(slots, 1)
+    a.end()
+    assert head.running and not later.running
+
+
+def test_unknown_sizes_are_limited_by_depth_alone():
+    slots = DeviceSlots(2)
+    a = Sample(slots, 0, None)
+    b = Sample(slots, 50, None)  # no free figure: the charge cannot be weighed
+    assert a.running and b.running
+
+
+def test_charge_counts_buffers_and_need_and_lanes_wait_beside_depth():
+    assert DeviceSlots.charge(None, 5) == 0
+    assert DeviceSlots.charge(4, 1) == CHILD_FOOTPRINT * 5
+    assert lanes_per_device(1) == 1  # one in flight: nothing can pass anything
+    assert lanes_per_device(3) > 3
