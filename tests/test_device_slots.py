@@ -6,22 +6,23 @@ from __future__ import annotations
 import threading
 import time
 
-from kb_eval.eval.schedule.overlap import CHILD_FOOTPRINT, DeviceSlots, lanes_per_device
+from kb_eval.eval.schedule.overlap import CHILD_FOOTPRINT, Charge, DeviceSlots, lanes_per_device
 
 
 class Sample:
     """A lane thread holding a place for one sample until `end()`."""
 
-    def __init__(self, slots: DeviceSlots, charge: int, free: int | None = 10):
+    def __init__(self, slots: DeviceSlots, child: int, free: int = 10, server: int = 0):
         self.started, self.done = threading.Event(), threading.Event()
         before = len(slots.waiting) + len(slots.running)
-        self.thread = threading.Thread(target=self._run, args=(slots, charge, free), daemon=True)
+        charge = Charge(child, server, free)
+        self.thread = threading.Thread(target=self._run, args=(slots, charge), daemon=True)
         self.thread.start()
         # it has its ticket (in line or running) before the next sample comes
         _until(lambda: len(slots.waiting) + len(slots.running) > before)
 
-    def _run(self, slots: DeviceSlots, charge: int, free: int | None) -> None:
-        with slots.held(charge, free):
+    def _run(self, slots: DeviceSlots, charge: Charge) -> None:
+        with slots.held(charge):
             self.started.set()
             self.done.wait(10)
 
@@ -43,8 +44,8 @@ def _until(cond, timeout: float = 5.0) -> None:
 
 def test_no_more_than_depth_in_flight():
     slots = DeviceSlots(3)
-    first = [Sample(slots, 0, None) for _ in range(3)]
-    fourth = Sample(slots, 0, None)
+    first = [Sample(slots, 0, 0) for _ in range(3)]
+    fourth = Sample(slots, 0, 0)
     assert all(s.running for s in first) and not fourth.running
     first[1].end()
     assert fourth.running
@@ -95,15 +96,33 @@ def test_nothing_passes_a_waiting_sample_that_fits():
     assert head.running and not later.running
 
 
+def test_the_server_is_charged_once_for_the_samples_in_flight():
+    """Each child holds its own share; the server works for one sample at a time."""
+    slots = DeviceSlots(3)
+    a = Sample(slots, 3, server=3)
+    b = Sample(slots, 3, server=3)  # 3 + 3 + 3: fits
+    c = Sample(slots, 3, server=3)  # 3 + 3 + 3 + 3 > 10: waits
+    assert a.running and b.running and not c.running
+    a.end()
+    assert c.running
+
+
 def test_unknown_sizes_are_limited_by_depth_alone():
     slots = DeviceSlots(2)
-    a = Sample(slots, 0, None)
-    b = Sample(slots, 50, None)  # no free figure: the charge cannot be weighed
+    a = Sample(slots, 0, 0)
+    b = Sample(slots, 0, 0)
     assert a.running and b.running
+    assert Charge.of(None, 5, None, 80) == Charge() == Charge.of(4, 1, None, None)
 
 
-def test_charge_counts_buffers_and_need_and_lanes_wait_beside_depth():
-    assert DeviceSlots.charge(None, 5) == 0
-    assert DeviceSlots.charge(4, 1) == CHILD_FOOTPRINT * 5
+def test_charges_from_the_plan_and_lanes_waiting_beside_depth():
+    gib = 1 << 30
+    c = Charge.of(8 * gib, gib, None, 74 * gib)
+    assert c.child == CHILD_FOOTPRINT * 8 * gib + gib and c.server == CHILD_FOOTPRINT * 8 * gib
+    assert Charge.of(8 * gib, 0, 40 * gib, 74 * gib).server == 40 * gib  # the float64 truth
+    # KernelBench's 8 GiB problems (children at 24 GiB on the H100): two at a time in 74 GiB
+    slots = DeviceSlots(3)
+    runs = [Sample(slots, c.child, c.free, c.server) for _ in range(3)]
+    assert [r.running for r in runs] == [True, True, False]
     assert lanes_per_device(1) == 1  # one in flight: nothing can pass anything
     assert lanes_per_device(3) > 3

@@ -3,15 +3,19 @@ its lane.
 
 A device runs up to `lane_depth` samples at once; their children start, load, compile and
 run correctness side by side, and the device's timing lock (kb_eval/devlock.py) makes each
-timing step run alone. `DeviceSlots` also keeps them within the device's memory: a sample
-is charged three times its reference's footprint and its output buffers (its own inputs
-and outputs, the copies it stages, and the reference server comparing another sample
-beside it), and the charges of the samples in flight never add up to more than the plan's
-free memory (one too large for that runs alone). Samples start in the order they came,
-except that a later one may pass a waiting one that does not fit yet when that cannot make
-it wait longer than for the samples already running (`DeviceSlots._may_start`), so a
-large problem that waits for room does not keep small ones from running beside the
-samples it waits for.
+timing step run alone. `DeviceSlots` also keeps them within the device's memory (`Charge`):
+each child is charged three times its reference's footprint (inputs and outputs, the
+next call's inputs drawn beside them, what it stages) and its output buffers, and the
+reference server, which works for one sample at a time, the most any sample in flight
+needs of it (three footprints for its paired rounds, or the float64 truth's need). The
+charges in flight never add up to more than the plan's free memory; a sample too large
+for that runs alone. (On the H100 the children of KernelBench's 8 GiB problems, level1/47
+to 53, peaked at 24 GiB, three footprints: three of them at once, each charged as if it
+held the server's share too, left the server's paired rounds out of memory.) Samples
+start in the order they came, except that a later one may pass a waiting one that does
+not fit yet when that cannot make it wait longer than for the samples already running
+(`DeviceSlots._may_start`), so a large problem that waits for room does not keep small
+ones from running beside the samples it waits for.
 
 `Budgets` reads where the child says it is (its `progress` file, child/worker.py `mark`)
 and names the budget it overran: the load budget for the candidate's import, init and
@@ -46,9 +50,31 @@ def lanes_per_device(depth: int) -> int:
     return depth + (WAITING_LANES if depth > 1 else 0)
 
 
+@dataclass(frozen=True)
+class Charge:
+    """A sample's claim on its device's memory, in bytes (0: unknown, the depth alone
+    limits it)."""
+    child: int = 0  # its candidate child, with the output buffers the server holds for it
+    server: int = 0  # the reference server's task for it
+    free: int = 0  # what its plan found the device offers
+
+    @classmethod
+    def of(cls, need: int | None, exchange: int, truth: int | None,
+           free: int | None) -> "Charge":
+        if not need or not free:
+            return cls()
+        return cls(CHILD_FOOTPRINT * need + exchange, max(CHILD_FOOTPRINT * need, truth or 0),
+                   free)
+
+
+def _total(charges: list[Charge]) -> int:
+    """Memory these samples may hold at once: every child, and the server for one."""
+    return sum(c.child for c in charges) + max((c.server for c in charges), default=0)
+
+
 class DeviceSlots:
-    """Samples in flight on one device: at most `depth`, and their charges (`charge`)
-    within the memory the plan offers."""
+    """Samples in flight on one device: at most `depth`, and their charges within the
+    memory the plan offers."""
 
     def __init__(self, depth: int):
         self.depth = depth
@@ -57,17 +83,10 @@ class DeviceSlots:
         self.waiting: list[_Sample] = []  # in the order they came
         self.running: dict[int, _Sample] = {}  # by ticket
 
-    @staticmethod
-    def charge(need_bytes: int | None, exchange_bytes: int = 0) -> int:
-        """What a sample holds of the device's memory, at most (module docstring): 0
-        when its reference's footprint is unknown (the depth alone limits it)."""
-        return CHILD_FOOTPRINT * (need_bytes + exchange_bytes) if need_bytes else 0
-
     @contextmanager
-    def held(self, charge: int, free_bytes: int | None) -> Iterator[None]:
-        """Hold a place for a sample of this charge while the block runs; `free_bytes`:
-        what its plan found the device offers (None: unknown, the depth alone limits)."""
-        me = _Sample(next(self.tickets), charge if free_bytes else 0, free_bytes or 0)
+    def held(self, charge: Charge) -> Iterator[None]:
+        """Hold a place for a sample of this charge while the block runs."""
+        me = _Sample(next(self.tickets), charge)
         with self.cond:
             self.waiting.append(me)
             self.cond.wait_for(lambda: self._may_start(me))
@@ -82,9 +101,11 @@ class DeviceSlots:
                 self.cond.notify_all()
 
     def _fits(self, s: "_Sample") -> bool:
-        used = sum(r.charge for r in self.running.values())
-        return len(self.running) < self.depth and (not self.running
-                                                   or used + s.charge <= s.free)
+        """Whether `s` fits beside the samples running."""
+        running = list(self.running.values())
+        if len(running) >= self.depth:
+            return False
+        return not running or _total([r.charge for r in running + [s]]) <= s.charge.free
 
     def _may_start(self, me: "_Sample") -> bool:
         """The first waiting sample starts as soon as it fits. A later one that fits may
@@ -98,14 +119,13 @@ class DeviceSlots:
             return False
         passed = [r for r in self.running.values() if r.ticket > head.ticket]
         return (len(passed) + 2 <= self.depth
-                and sum(r.charge for r in passed) + me.charge + head.charge <= head.free)
+                and _total([r.charge for r in passed + [me, head]]) <= head.charge.free)
 
 
 @dataclass(frozen=True)
 class _Sample:
     ticket: int
-    charge: int  # bytes (0: unknown)
-    free: int  # what its plan found the device offers (0: unknown)
+    charge: Charge
 
 
 class Budgets:

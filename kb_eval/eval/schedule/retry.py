@@ -9,7 +9,7 @@ from kb_eval.eval.judge.verdict import trials_for
 from kb_eval.eval.schedule.build import BuildOutcome
 from kb_eval.eval.schedule.context import EvalContext
 from kb_eval.eval.schedule.exchange import exchange_bytes
-from kb_eval.eval.schedule.overlap import DeviceSlots
+from kb_eval.eval.schedule.overlap import Charge, DeviceSlots
 from kb_eval.eval.schedule.sample import SampleTask, evaluate_once, finish, new_record
 from kb_eval.problems import reference_copy
 from kb_eval.results import BuildInfo, SampleRecord
@@ -34,7 +34,8 @@ def evaluate_sample(ctx: EvalContext, refs: ReferenceStore, task: SampleTask,
     if slots is None:
         return _evaluate_planned(ctx, refs, task, device, plan)
     # A sample's output buffers (exchange.py) are held beside its child: part of its need.
-    with slots.held(slots.charge(plan.need_bytes, task.exchange_bytes), plan.free_bytes):
+    with slots.held(Charge.of(plan.need_bytes, task.exchange_bytes, plan.truth_bytes,
+                              plan.free_bytes)):
         task.laps.lap("wait_slot")
         return _evaluate_planned(ctx, refs, task, device, plan)
 
