@@ -10,11 +10,13 @@ Per problem: verdict, the reference's memory need and the copy's peak, whether t
 reference is deterministic (two runs on the same inputs agree bit for bit), the copy's
 speedup, wall seconds; problems that cannot be judged here come with the reason. A JSON
 file with the same rows is written beside the printed table. Exit 0 when every problem is
-judgeable, 1 otherwise.
+judgeable, 1 otherwise. The problems of several levels are evaluated in turns
+(`interleave_levels`); the report lists them in their own order.
 """
 
 from __future__ import annotations
 
+import itertools
 import time
 from pathlib import Path
 
@@ -76,6 +78,17 @@ def summary_line(rows: list[dict], wall_s: float) -> str:
     return f"{head} ({parts}); {wall_s:.0f} s"
 
 
+def interleave_levels(problems: list[Problem]) -> list[Problem]:
+    """The problems of several levels taken in turns, one of each level (each level in its
+    own order): level 1's large problems then come between level 2's and 3's small ones,
+    which can run beside them while the next large one waits for room on the device."""
+    by_level: dict[int, list[Problem]] = {}
+    for p in problems:
+        by_level.setdefault(p.level, []).append(p)
+    turns = itertools.zip_longest(*by_level.values())
+    return [p for turn in turns for p in turn if p is not None]
+
+
 def run_harness_check(problems: list[Problem], config, out_path: Path | None,
                       source: str) -> int:
     """Evaluate each problem's reference copy; print the table, write the JSON (default
@@ -87,7 +100,7 @@ def run_harness_check(problems: list[Problem], config, out_path: Path | None,
                                        config.precision)
     t0 = time.monotonic()
     records = {}
-    pairs = [(p, 0, reference_copy(p)) for p in problems]
+    pairs = [(p, 0, reference_copy(p)) for p in interleave_levels(problems)]
     head = {"hardware": ctx.hardware.model_dump(), "precision": config.precision,
             "backend": ctx.backend}
 

@@ -18,8 +18,8 @@ import pytest
 from kb_eval.eval import EvalConfig, evaluate
 from kb_eval.eval.judge.score import summarize
 from kb_eval.faults import VAR
-from kb_eval.problems import load_problems, reference_copy
-from kb_eval.selfcheck import row_of
+from kb_eval.problems import Problem, load_problems, reference_copy
+from kb_eval.selfcheck import interleave_levels, row_of
 from kb_eval.timing import TimingSettings
 
 pytestmark = pytest.mark.slow
@@ -80,6 +80,13 @@ def test_check_harness_judges_every_copy(kb_folder, tmp_path, build_cache_dir):
     # each copy timed in pairs with its reference: a pairing that failed would say so here
     assert all(r["speedup_ci_method"] == "paired_rounds" and "unpaired" not in r["flags"]
                for r in rows), [(r["speedup_ci_method"], r["flags"]) for r in rows]
+
+
+def test_harness_takes_the_levels_in_turns():
+    problems = [Problem(source="s", level=lv, problem_id=i, name="p", code="")
+                for lv, n in ((1, 3), (2, 2), (3, 1)) for i in range(1, n + 1)]
+    order = [(p.level, p.problem_id) for p in interleave_levels(problems)]
+    assert order == [(1, 1), (2, 1), (3, 1), (1, 2), (2, 2), (1, 3)]
 
 
 def test_harness_overlaps_copies_on_a_gpu_only():
