@@ -17,7 +17,7 @@ the round) are its alone.
 from __future__ import annotations
 
 import secrets
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
@@ -70,7 +70,8 @@ class TimedCalls:
     """`args(i)`, `call(*args)` and `on_output(i, out)` for timing.time_calls, around a
     model. `watch` holds the tripwires and ledger. `round_ends`: indices
     after which the full tripwire check runs (the timer's part runs after every call).
-    `picks` calls, drawn after each returns, go to `recheck(tensors, seed, inputs, i)`.
+    `picks` calls, drawn after each returns, go to `recheck(tensors, seed, inputs, i)`;
+    every call's output, timed or not, to `returned(out)` (rechecks.py).
     `candidate=False` on the trusted side: every thread of that process is ours, so a
     call never waits for threads (one the server started after its Watch would arm the
     wait inside its timed calls: a CPU reference copy came out 7.3x "faster")."""
@@ -78,12 +79,12 @@ class TimedCalls:
     def __init__(self, model: Callable, watch: Watch, device: torch.device, draw: Draw,
                  round_ends: set[int], n_calls: int, picks: int = 0,
                  recheck: Callable[[list, int | None, list, int], None] | None = None,
-                 candidate: bool = True):
+                 candidate: bool = True, returned: Callable[[Any], None] | None = None):
         self.model, self.watch, self.device, self.draw = model, watch, device, draw
         self.candidate = candidate
         self.ledger = watch.ledger
         self.round_ends, self.left, self.wanted = round_ends, n_calls, picks
-        self.recheck = recheck
+        self.recheck, self.returned = recheck, returned
         self.seed: int | None = None
         self.inputs: list | None = None
         self.timed = False
@@ -106,6 +107,8 @@ class TimedCalls:
             # waited for here, so the next timed call's idle check sees only the latter
             # (unsynchronized warmups made H100 reference copies look busy).
             sync(self.device)
+            if self.returned is not None:
+                self.returned(out)
         return out
 
     def untimed_ended(self) -> None:
@@ -113,6 +116,8 @@ class TimedCalls:
 
     def on_output(self, i: int, out) -> None:
         self.ledger.call_ended()
+        if self.returned is not None:
+            self.returned(out)
         tensors = output_tensors(out)
         if aliased_inputs(tensors, self.inputs):
             self.watch.timed_aliased.append(i)

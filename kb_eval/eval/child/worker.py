@@ -9,7 +9,8 @@ kb_eval/eval/judge/reference_worker.py).
   (exact tensors, no aliasing, inputs untouched, unchanged after a wait), saved as plain
   tensors  ->  timed, each call (warmup too) on inputs drawn from an OS-random seed at
   that call; every timed call's output is checked for aliasing, a random few (picked
-  after they return) are checked in full and saved with their seeds for re-checking  ->
+  after they return) are checked in full and saved with their seeds for re-checking
+  (rechecks.py)  ->
   one call on a batch one smaller (shape probe). Tripwires are checked after every step
   and call (after a timed call, the timer's part; all of them after each round:
   calls.py); Python threads the candidate left are listed.
@@ -38,10 +39,11 @@ from kb_eval import clocks
 from kb_eval.devlock import DeviceLock
 from kb_eval.eval.wire import device as device_wire, outputs
 from kb_eval.eval.child.calls import TimedCalls, Watch, round_ends
-from kb_eval.eval.child.observe import OutputTypeError, aliased_inputs, observe, output_tensors
+from kb_eval.eval.child.observe import OutputTypeError, observe, output_tensors
 from kb_eval.eval.child.paired import time_paired
+from kb_eval.eval.child.rechecks import Rechecks
 from kb_eval.eval.wire.labels import PROBE_LABEL, label_name
-from kb_eval.eval.child.probes import (changed_inputs, changed_since, fingerprints, fresh_seed,
+from kb_eval.eval.child.probes import (changed_since, fingerprints, fresh_seed,
                                        into_buffers, probe_inputs, recheck_count, settled,
                                        sync, tensor_bytes)
 from kb_eval.faults import inject_fault
@@ -195,16 +197,18 @@ def _timing_step(model, module, payload: dict, workdir: Path, device: torch.devi
     (the timing added to `result`)."""
     set_phase(workdir, "timing")
     mark(workdir, "wait")
+    dtype = precision_dtype(payload["precision"])
+    rechecks = Rechecks(device, lambda label, ts: save_outputs(workdir, label, ts),
+                        lambda seed: make_inputs(module.get_inputs, seed, device, dtype), seen)
     try:
         lock.acquire("exclusive")
         steps.lap("wait_lock")
         mark(workdir, "timing")
-        result.update(_time_candidate(model, module, payload, workdir, device, seen, watch))
+        result.update(_time_candidate(model, module, payload, device, watch, rechecks))
     except OutputTypeError as e:
         return {**failure("runtime_error", "timing", e), "output_type": True}
     except Exception as e:  # noqa: BLE001
         return {**failure("runtime_error", "timing", e), "seen": seen}
-    result["saved"] = list(seen)
     steps.lap("timing")
     # Of that, the kept timed calls themselves (the rest: inputs drawn, flushes, untimed
     # calls, re-checks, handshakes and the reference's rounds, phases.pair_reference).
@@ -223,6 +227,13 @@ def _timing_step(model, module, payload: dict, workdir: Path, device: torch.devi
     result["threads_work"] = watch.ledger.report()
     mark(workdir, "wait")
     lock.acquire("shared")  # back to untimed work
+    mark(workdir, "probe")
+    try:
+        rechecks.finish()  # the re-checks' waits, saves and draws (rechecks.py)
+    except Exception as e:  # noqa: BLE001
+        return {**failure("runtime_error", "timing", e), "seen": seen}
+    result["saved"] = list(seen)
+    steps.lap("rechecks")
     return None
 
 
@@ -300,8 +311,8 @@ def _correctness_call(model, i: int, inputs: list, prints: list, workdir: Path,
     seen[label]["unsettled"] = not calm
 
 
-def _time_candidate(model, module, payload: dict, workdir: Path, device: torch.device,
-                    seen: dict, watch: Watch) -> dict:
+def _time_candidate(model, module, payload: dict, device: torch.device, watch: Watch,
+                    rechecks: Rechecks) -> dict:
     """Time on inputs drawn, at each call, from a seed the OS gives us then: nothing the
     candidate can learn beforehand predicts them. Same inputs generator, device and timer
     as the reference's timing, so the times compare."""
@@ -311,7 +322,7 @@ def _time_candidate(model, module, payload: dict, workdir: Path, device: torch.d
     n_calls = settings.n_calls
     # Which timed calls are re-checked is drawn after each call returns (selection
     # sampling), so the candidate cannot know in advance which calls count.
-    out_bytes = seen.get("correct_0", {}).get("bytes")
+    out_bytes = rechecks.seen.get("correct_0", {}).get("bytes")
     picks = recheck_count(payload.get("recheck_timed", 0), n_calls, out_bytes)
 
     def draw(i: int) -> tuple[int, list]:
@@ -319,10 +330,10 @@ def _time_candidate(model, module, payload: dict, workdir: Path, device: torch.d
         return s, make_inputs(module.get_inputs, s, device, dtype)
 
     def recheck(tensors: list, s: int, inputs: list, i: int) -> None:
-        _recheck(tensors, module, s, inputs, i, device, dtype, workdir, seen)
+        rechecks.take(label_name(("timing", i, s)), tensors, s, inputs)
 
     calls = TimedCalls(model, watch, device, draw, round_ends(rounds, n_calls), n_calls,
-                       picks, recheck)
+                       picks, recheck, returned=rechecks.returned)
     ledger = watch.ledger
     with torch.no_grad():
         if rounds:
@@ -332,17 +343,6 @@ def _time_candidate(model, module, payload: dict, workdir: Path, device: torch.d
         else:
             stats = time_callable(calls.call, settings, device, calls.args, calls.on_output)
     return {"timing": stats.model_dump()}  # the ledger's report: _timing_step
-
-
-def _recheck(tensors, module, seed: int, inputs: list, i: int, device, dtype, workdir: Path,
-             seen: dict) -> None:
-    label = label_name(("timing", i, seed))
-    pristine = make_inputs(module.get_inputs, seed, device, dtype)
-    mutated = changed_inputs(inputs, pristine)
-    del pristine
-    calm = settled(tensors, device, 0.0, lambda ts: save_outputs(workdir, label, ts))
-    seen[label] = {"aliased": aliased_inputs(tensors, inputs), "mutated": mutated,
-                   "devices": [t.device.type for t in tensors], "unsettled": not calm}
 
 
 def _launches(model, module, payload: dict, device: torch.device) -> dict:

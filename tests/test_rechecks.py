@@ -1,0 +1,99 @@
+"""Re-checks of timed calls (eval/child/rechecks.py): what the timing step leaves for
+after it is judged as when it was done at once: late writes, mutated inputs, the values
+saved; a reused output buffer is not a late write."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kb_eval.eval.child import rechecks as rc
+
+
+def draw(seed: int) -> list:
+    return [torch.full((64,), float(seed)), 3]
+
+
+def make(monkeypatch, defer_bytes: int):
+    monkeypatch.setattr(rc, "DEFER_BYTES", defer_bytes)
+    saved: dict[str, list] = {}
+    seen: dict[str, dict] = {}
+    r = rc.Rechecks(torch.device("cpu"), lambda label, ts: saved.setdefault(label, [
+        t.clone() for t in ts]), draw, seen)
+    return r, saved, seen
+
+
+def call(r: rc.Rechecks, out: torch.Tensor, label: str | None = None, seed: int = 7,
+         inputs: list | None = None) -> torch.Tensor:
+    """One timed call's return as worker.py reports it (picked when `label` is given)."""
+    r.returned(out)
+    if label:
+        r.take(label, [out], seed, inputs if inputs is not None else draw(seed))
+    return out
+
+
+@pytest.mark.parametrize("defer_bytes", [1 << 20, 0], ids=["later", "at_once"])
+def test_an_honest_call_is_clean_and_its_output_saved(monkeypatch, defer_bytes):
+    r, saved, seen = make(monkeypatch, defer_bytes)
+    call(r, draw(7)[0] * 2, "timing_1")
+    assert bool(r.later) == (defer_bytes > 0)
+    r.finish()
+    assert seen["timing_1"] == {"aliased": [], "devices": ["cpu"], "mutated": [],
+                                "unsettled": False}
+    assert torch.equal(saved["timing_1"][0], torch.full((64,), 14.0))
+
+
+def test_a_write_after_the_call_returned_is_seen_and_not_saved(monkeypatch):
+    """Left for later, a late write has until the end of the timing step to show (at
+    once, the 10 ms wait of probes.settled: tests/adversarial's late threads)."""
+    r, saved, seen = make(monkeypatch, 1 << 20)
+    out = call(r, torch.zeros(64), "timing_1")  # returned before its thread filled it
+    out.fill_(14.0)  # the thread's write lands during the next timed calls
+    call(r, torch.ones(64))  # the next call returns a tensor of its own
+    r.finish()
+    assert seen["timing_1"]["unsettled"] is True
+    assert torch.equal(saved["timing_1"][0], torch.zeros(64))  # what the call returned
+
+
+def test_an_output_buffer_the_next_call_reuses_is_no_late_write(monkeypatch):
+    r, saved, seen = make(monkeypatch, 1 << 20)
+    buffer = torch.empty(64)
+    call(r, buffer.fill_(14.0), "timing_1")
+    call(r, buffer.fill_(16.0))  # the candidate's next call writes and returns it again
+    r.finish()
+    assert seen["timing_1"]["unsettled"] is False
+    assert torch.equal(saved["timing_1"][0], torch.full((64,), 14.0))
+
+
+@pytest.mark.parametrize("defer_bytes", [1 << 20, 0], ids=["later", "at_once"])
+def test_mutated_inputs_are_seen_though_the_next_call_reuses_them(monkeypatch, defer_bytes):
+    r, saved, seen = make(monkeypatch, defer_bytes)
+    inputs = draw(7)
+    inputs[0][3] = -1.0  # the call wrote into its input
+    call(r, inputs[0] + 1, "timing_1", inputs=inputs)
+    inputs[0].copy_(draw(9)[0])  # the next timed call's values, at the same addresses
+    r.finish()
+    assert seen["timing_1"]["mutated"] == [0]
+
+
+def test_an_output_aliasing_its_input_is_rechecked_at_once(monkeypatch):
+    """The next call's inputs are drawn into the same buffers: left for later, such an
+    output would look rewritten."""
+    r, saved, seen = make(monkeypatch, 1 << 20)
+    inputs = draw(2)
+    call(r, inputs[0], "timing_1", seed=2, inputs=inputs)  # returns its input itself
+    assert not r.later
+    inputs[0].copy_(draw(5)[0])
+    r.finish()
+    assert seen["timing_1"]["aliased"] and seen["timing_1"]["unsettled"] is False
+    assert torch.equal(saved["timing_1"][0], torch.full((64,), 2.0))
+
+
+def test_outputs_beyond_the_budget_are_rechecked_at_once(monkeypatch):
+    r, saved, seen = make(monkeypatch, 4 * 64 * 4)  # one output, its copy and its input
+    call(r, draw(1)[0] * 2, "timing_1", seed=1)
+    call(r, draw(1)[0] * 3, "timing_2", seed=1)
+    assert [x.label for x in r.later] == ["timing_1"] and "timing_2" in seen
+    r.finish()
+    assert not r.later and r.kept == 0
+    assert set(saved) == {"timing_1", "timing_2"}
