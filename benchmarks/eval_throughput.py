@@ -29,8 +29,10 @@ it, the reference servers' share: the seconds they worked on samples' calls (pha
 `server` and `pair_reference_server`; one server per device runs one call at a time), so
 whichever of the two serial resources is near 100 % is the one that bounds the pass.
 Last, how many samples waited for room on the device at a time, on average (phase
-`wait_slot`, the memory plan's slots, eval/schedule/overlap.py): on the H100, KernelBench
-level 1's copies at lane depth 3 had 1.4 of their 3 lanes waiting so (session 10).
+`wait_slot`, eval/schedule/overlap.py): on the H100, KernelBench level 1's copies at lane
+depth 3 had 1.4 of their 3 lanes waiting so (session 10). Since each device's lanes also
+hold up to two samples planned ahead (`WAITING_LANES`), so that a small one can pass a
+large one waiting for room, up to two more wait there by design.
 """
 
 from __future__ import annotations
@@ -238,8 +240,8 @@ def busy_share(phases: list[dict], wall: float, devices: int) -> str:
     return (f"{len(phases) / wall:.2f} samples/s; device busy share: timing lock "
             f"{held / (wall * devices):.0%}, with correctness and reference <= "
             f"{min(1.0, work / (wall * devices)):.0%} ({devices} device(s)); reference "
-            f"server busy {server / (wall * devices):.0%}; samples waiting for device memory "
-            f"(the memory plan's slots) {total('wait_slot') / wall:.1f} at a time")
+            f"server busy {server / (wall * devices):.0%}; samples planned and waiting for "
+            f"room on the device {total('wait_slot') / wall:.1f} at a time")
 
 
 def phase_medians(phases: list[dict]) -> str:
