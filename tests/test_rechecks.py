@@ -97,3 +97,12 @@ def test_outputs_beyond_the_budget_are_rechecked_at_once(monkeypatch):
     r.finish()
     assert not r.later and r.kept == 0
     assert set(saved) == {"timing_1", "timing_2"}
+
+
+def test_outputs_without_storage_are_no_error(monkeypatch):
+    """A sparse output has no storage to tell reuse by: noted as nothing, never raised."""
+    r, saved, seen = make(monkeypatch, 1 << 20)
+    call(r, draw(7)[0] * 2, "timing_1")
+    r.returned(torch.eye(4).to_sparse())
+    r.finish()
+    assert seen["timing_1"]["unsettled"] is False

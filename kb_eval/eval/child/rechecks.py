@@ -60,8 +60,8 @@ class Rechecks:
         self.returns += 1
         if self.later:
             for t in out if type(out) in (tuple, list) else [out]:
-                if type(t) is torch.Tensor:
-                    self.returned_at[_storage(t)] = self.returns
+                if type(t) is torch.Tensor and (where := _storage(t)) is not None:
+                    self.returned_at[where] = self.returns
 
     def take(self, label: str, tensors: list, seed: int, inputs: list) -> None:
         """A picked timed call's outputs, right after it returned (timing lock held)."""
@@ -93,5 +93,9 @@ class Rechecks:
         self.kept = 0
 
 
-def _storage(t: torch.Tensor) -> int:
-    return t.untyped_storage().data_ptr()
+def _storage(t: torch.Tensor) -> int | None:
+    """Where `t`'s memory starts (None for a tensor without storage: sparse, nested)."""
+    try:
+        return t.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):
+        return None
