@@ -108,10 +108,12 @@ def test_the_server_is_charged_once_for_the_samples_in_flight():
 
 
 def test_unknown_sizes_are_limited_by_depth_alone():
-    slots = DeviceSlots(2)
-    a = Sample(slots, 0, 0)
-    b = Sample(slots, 0, 0)
-    assert a.running and b.running
+    slots = DeviceSlots(3)
+    a = Sample(slots, 9)  # known: 9 of 10
+    b = Sample(slots, 0, 0)  # a plan that found no sizes: starts beside it all the same
+    c = Sample(slots, 0, 0)
+    d = Sample(slots, 0, 0)
+    assert a.running and b.running and c.running and not d.running
     assert Charge.of(None, 5, None, 80) == Charge() == Charge.of(4, 1, None, None)
 
 

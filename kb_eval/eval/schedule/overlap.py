@@ -105,7 +105,8 @@ class DeviceSlots:
         running = list(self.running.values())
         if len(running) >= self.depth:
             return False
-        return not running or _total([r.charge for r in running + [s]]) <= s.charge.free
+        return (not running or not s.charge.free  # unknown: the depth alone limits it
+                or _total([r.charge for r in running + [s]]) <= s.charge.free)
 
     def _may_start(self, me: "_Sample") -> bool:
         """The first waiting sample starts as soon as it fits. A later one that fits may
@@ -119,7 +120,8 @@ class DeviceSlots:
             return False
         passed = [r for r in self.running.values() if r.ticket > head.ticket]
         return (len(passed) + 2 <= self.depth
-                and _total([r.charge for r in passed + [me, head]]) <= head.charge.free)
+                and (not head.charge.free
+                     or _total([r.charge for r in passed + [me, head]]) <= head.charge.free))
 
 
 @dataclass(frozen=True)
