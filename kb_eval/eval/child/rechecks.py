@@ -22,8 +22,8 @@ from typing import Any, Callable
 import torch
 
 from kb_eval import clocks
-from kb_eval.eval.child.observe import aliased_inputs
-from kb_eval.eval.child.probes import (SETTLE_S, changed_inputs, same_tensor, settled, sync,
+from kb_eval.eval.child.observe import _storage_span, aliased_inputs
+from kb_eval.eval.child.probes import (SETTLE_S, changed_inputs, same_outputs, settled, sync,
                                        tensor_bytes)
 
 DEFER_BYTES = 512 << 20  # device memory a sample's re-checks left for later may hold
@@ -53,14 +53,14 @@ class Rechecks:
     later: list[_Later] = field(default_factory=list)
     kept: int = 0  # bytes held by `later`
     returns: int = 0  # calls returned so far
-    returned_at: dict[int, int] = field(default_factory=dict)  # storage -> last return
+    returned_at: dict[tuple, int] = field(default_factory=dict)  # storage -> last return
 
     def returned(self, out: Any) -> None:
         """After every call, timed or not: which storages it returned."""
         self.returns += 1
         if self.later:
             for t in out if type(out) in (tuple, list) else [out]:
-                if type(t) is torch.Tensor and (where := _storage(t)) is not None:
+                if type(t) is torch.Tensor and (where := _storage_span(t)) is not None:
                     self.returned_at[where] = self.returns
 
     def take(self, label: str, tensors: list, seed: int, inputs: list) -> None:
@@ -84,18 +84,11 @@ class Rechecks:
         for r in self.later:
             clocks.sleep(max(0.0, SETTLE_S - (clocks.perf_counter() - r.taken)))
             sync(self.device)
-            changed = not all(same_tensor(t.detach(), s) for t, s in zip(r.outputs, r.snapshot))
-            reused = any(self.returned_at.get(_storage(t), 0) > r.returns for t in r.outputs)
+            changed = not same_outputs([t.detach() for t in r.outputs], r.snapshot)
+            reused = any(self.returned_at.get(_storage_span(t), 0) > r.returns for t in r.outputs)
             self.save(r.label, r.snapshot)
             self.seen[r.label] = {**r.facts, "mutated": changed_inputs(r.inputs, self.draw(r.seed)),
                                   "unsettled": changed and not reused}
         self.later.clear()
         self.kept = 0
 
-
-def _storage(t: torch.Tensor) -> int | None:
-    """Where `t`'s memory starts (None for a tensor without storage: sparse, nested)."""
-    try:
-        return t.untyped_storage().data_ptr()
-    except (RuntimeError, NotImplementedError):
-        return None
