@@ -19,8 +19,10 @@ for that call and narrowed back: exact, and no second copy of the weights stays 
 device), one label at a time: the truth is dropped after its comparison unless it is a
 fixed label's and there is room to keep it with the outputs (judge/truth.py).
 
-Also, when asked (the first sample of a problem): what the physical floor needs, and the
-reference's timing (live baseline).
+Also, when asked (the first sample of a problem): what the physical floor needs of the
+problem, and the reference's timing (live baseline); and, once per device, the floor's
+figures of the device itself (`device_floor`: timed, so the parent holds the device alone
+for that call only).
 """
 
 from __future__ import annotations
@@ -242,6 +244,8 @@ def compare_sample(payload: dict, workdir: Path) -> dict:
         return time_round(payload, device)
     if payload.get("estimate"):
         return estimate_call(payload, device)
+    if payload.get("device_floor"):
+        return device_floor(payload["device_floor"], device)
     if payload.get("export"):
         return export_buffers(payload["export"], device)
     if payload.get("exchange_free"):
@@ -313,16 +317,15 @@ def _compare(payload: dict, device: torch.device, slots: list[torch.Tensor] | No
             diffs[name]["f64_skipped"] = truth
         truth = None  # a timed call's truth is not kept: freed before the next label
     result: dict = {"seen": seen, "diffs": diffs, "tolerance": tol}
-    settings = TimingSettings.model_validate(payload["timing"] or payload.get("floor_timing")
-                                             or {})
     if payload.get("metrics"):
         with spent("metrics"):
-            result["metrics"] = _floor_metrics(p, payload, device, settings)
+            result["metrics"] = _floor_metrics(p, payload, device)
     if payload.get("timing") is not None:
         timed = baseline_model(p, payload, device)
         if isinstance(timed, str):
             result["timing_error"] = timed
         else:
+            settings = TimingSettings.model_validate(payload["timing"])
             result["timing"] = time_model(timed, p.module, payload["seed"],
                                           payload["precision"], device, settings).model_dump()
     del refs, truth
@@ -579,11 +582,11 @@ def within(seconds: float):
         signal.signal(signal.SIGALRM, previous)
 
 
-def _floor_metrics(p: Problem, payload: dict, device: torch.device,
-                   settings: TimingSettings) -> dict:
-    """What the physical floor needs, measured where no candidate code runs: the bytes a
-    call reads and writes, an empty call's time through the same timer, and (GPU) the L2
-    size and a device copy's bandwidth."""
+def _floor_metrics(p: Problem, payload: dict, device: torch.device) -> dict:
+    """What the physical floor needs of the problem, measured where no candidate code
+    runs: the bytes a call reads and writes, and (GPU) the L2 size. Nothing here is timed,
+    so it runs beside other samples' untimed work; the device's own figures (an empty
+    call's time, a copy's bandwidth) are `device_floor`'s."""
     try:
         inputs = inputs_for(p.module, payload["seed"], ("correct", 0), payload["precision"],
                             device)
@@ -598,9 +601,23 @@ def _floor_metrics(p: Problem, payload: dict, device: torch.device,
         launches = (count_or_error(lambda: p.model(*inputs), device)  # once per problem
                     if payload.get("count_launches") else None)
         return {"in_bytes": in_bytes, "out_bytes": out_bytes, "peak_bytes": peak,
-                "launches": launches,
-                "deterministic": deterministic,
-                "l2_bytes": l2, "empty_call_ms": empty_call_ms(device, settings, inputs),
+                "launches": launches, "deterministic": deterministic, "l2_bytes": l2}
+    except Exception as e:  # noqa: BLE001 - no floor then, but the outputs still count
+        return {"error": f"{type(e).__name__}: {e}"[:300]}
+
+
+def device_floor(timing: dict, device: torch.device) -> dict:
+    """The floor's figures of the device, the same for every problem: an empty call's
+    time through the run's timer (`timing`: its settings) and (GPU) a device copy's
+    bandwidth. Timed: the parent asks once per device and run, holding the device alone.
+    Measured with every problem's first comparison before, that comparison held the
+    device alone whole (its reference runs and judging too: all 250 of a KernelBench
+    levels 1-3 sweep's comparisons)."""
+    try:
+        settings = TimingSettings.model_validate(timing)
+        return {"empty_call_ms": empty_call_ms(device, settings, []),
                 "copy_bytes_per_s": copy_bandwidth(device)}
+    except Exception as e:  # noqa: BLE001 - no device figures then: the floor uses fewer
+        return {"error": f"{type(e).__name__}: {e}"[:300]}
     except Exception as e:  # noqa: BLE001 - no floor then, but the outputs still count
         return {"error": f"{type(e).__name__}: {e}"[:300]}

@@ -177,6 +177,8 @@ class ReferenceStore:
         # A server runs one call at a time; several lanes of a device share it.
         self._server_locks = {d: threading.Lock() for d in ctx.devices}
         self._others: dict[str, int] = {}  # device memory not ours, at its least (_idle_free)
+        self._device_floors: dict[str, dict] = {}  # device -> device_floor's figures
+        self._floor_locks = {d: threading.Lock() for d in ctx.devices}
 
     def _state(self, problem: Problem) -> ReferenceState:
         with self._guard:
@@ -258,8 +260,8 @@ class ReferenceStore:
                 paired: bool = False) -> ReferenceRun:
         """Run the reference on `labels` and compare with the candidate's files in
         `folder` (and the buffers exported under the key `exchange`, then freed). The
-        first run of a problem (it also measures once-per-problem figures) runs alone;
-        later ones may run side by side on several devices. `paired`: the sample's timing
+        first run of a problem (it also measures once-per-problem figures) is the
+        problem's only one in flight; later ones may run side by side on several devices. `paired`: the sample's timing
         timed the reference in rounds beside it, so a live baseline needs no timing here."""
         state = self._state(problem)
         with state.lock:
@@ -301,7 +303,6 @@ class ReferenceStore:
                    "baseline_mode": cfg.baseline_mode,
                    "metrics": state.metrics is None,
                    "count_launches": cfg.counts_launches(self.ctx.device_kind),
-                   "floor_timing": cfg.timing.model_dump(),
                    "keep_bytes": keep_bytes(cfg.mem_limit_mb)}
         out = self._call(device, payload)
         if not out.ok:
@@ -317,7 +318,7 @@ class ReferenceStore:
         if result.get("exchange_lost"):
             return ReferenceRun(state, exchange_lost=True)
         if result.get("metrics") is not None and state.metrics is None:
-            state.metrics = result["metrics"]
+            state.metrics = self._with_device_floor(result["metrics"], device)
         if want_timing:
             state.timed = True
             state.timing_error = result.get("timing_error")
@@ -325,6 +326,23 @@ class ReferenceStore:
                 state.timing = TimingStats.model_validate(result["timing"])
         return ReferenceRun(state, seen=result.get("seen", {}), diffs=result.get("diffs", {}),
                             tolerance=result.get("tolerance") or {})
+
+    def _with_device_floor(self, metrics: dict, device: str) -> dict:
+        """A problem's floor metrics with the device's own figures (device_floor): taken
+        once per device and run, in a call that holds the device alone, so a problem's
+        first comparison needs it only shared."""
+        if "error" in metrics:
+            return metrics
+        with self._floor_locks[device]:
+            if device not in self._device_floors:
+                out = self._call(device, {"device_floor": self.ctx.config.timing.model_dump(),
+                                          "device": self.ctx.torch_device(device)})
+                figures = (out.result or {}) if out.ok else {"error": out.describe()}
+                self._device_floors[device] = figures
+        figures = self._device_floors[device]
+        if "error" in figures:  # the floor goes on with the problem's bytes alone
+            return {**metrics, "device_floor_error": figures["error"]}
+        return {**metrics, **figures}
 
     def time_round(self, problem: Problem, device: str, r: int, k: int,
                    settings: TimingSettings) -> dict:
@@ -360,11 +378,11 @@ class ReferenceStore:
 
     def _call(self, device: str, payload: dict) -> ChildOutcome:
         """One server call, under the device's timing lock (kb_eval/devlock.py): alone
-        when it times the reference (a live baseline, the once-per-problem floor), else
+        when it times something (a live baseline, the device's floor figures), else
         shared with the candidate children's untimed work. The device lock is taken
         before the server's: a paired-timing round (time_round, inside a candidate's
         timing step) must get the server while another lane waits for the device."""
-        mode = "exclusive" if payload.get("timing") or payload.get("metrics") else "shared"
+        mode = "exclusive" if payload.get("timing") or payload.get("device_floor") else "shared"
         with device_lock(self.ctx.lock_path(device), mode), self._server_locks[device]:
             started, out = clocks.monotonic(), None
             try:
