@@ -144,6 +144,32 @@ def budgeted(settings: TimingSettings, call_ms: float | None,
     return settings.model_copy(update=update)
 
 
+# A side at least this many times slower than the reference (and at UNTIMED_CALL_MAX_MS
+# or more a call) warms up on its own calls (own_pace): its correctness calls, timed by
+# its host beside other children's work, may run a few times long, never this much.
+SLOW_SIDE_RATIO = 3.0
+
+
+def own_pace(settings: TimingSettings, own_ms: float | None,
+             reference_ms: float | None) -> TimingSettings:
+    """The candidate side's own settings once its calls are known to take about `own_ms`
+    (its correctness calls after the first) against the reference's `reference_ms`: a
+    side this slow (SLOW_SIDE_RATIO, UNTIMED_CALL_MAX_MS) warms up on one call and starts
+    its rounds without an untimed call, as `budgeted` has both sides do when the
+    reference's calls are that long: each of its calls is GPU work enough to bring the
+    clocks up. The reference side and the rounds' calls are unchanged. On the H100's
+    model-style corpus a candidate 60x slower than its reference (250 ms calls) spent 5.6
+    of its 14.2 s timing step, the device held alone, in its rounds' untimed calls. A
+    candidate that slows its correctness calls to get here only starts its rounds
+    colder."""
+    if own_ms is None or reference_ms is None or reference_ms <= 0:
+        return settings
+    if own_ms < max(UNTIMED_CALL_MAX_MS, SLOW_SIDE_RATIO * reference_ms):
+        return settings
+    return settings.model_copy(update={"round_untimed": False,
+                                       "warmup": min(settings.warmup, 1)})
+
+
 def method_for(device_type: str, flush_l2: bool = True,
                cover_ms: float = TimingSettings.model_fields["launch_cover_ms"].default) -> str:
     """What `method` says for timings taken on this kind of device: a CPU clock is not CUDA

@@ -14,7 +14,7 @@ import pytest
 from adversarial.evalrun import run_eval
 from kb_eval.eval.judge.confidence import paired_interval, paired_speedup, widened
 from kb_eval.eval.schedule.pairing import reference_rounds_before
-from kb_eval.timing import TimingSettings, kept, paired_rounds
+from kb_eval.timing import TimingSettings, kept, own_pace, paired_rounds
 
 HERE = Path(__file__).resolve().parent / "paired"
 
@@ -177,3 +177,50 @@ def test_the_candidate_side_skips_the_rounds_untimed_calls_when_told(tmp_path, u
     assert [i for i in seen if i >= 0] == timed and stats.n == settings.trials
     untimed_calls = [i for i in seen if i < 0]
     assert len(untimed_calls) == 2 + untimed * len(rounds) and len(ended) == untimed * len(rounds)
+
+
+def test_own_pace_lets_only_a_clearly_slower_side_warm_up_on_its_own_calls():
+    """timing.own_pace, by hand: 10 ms calls at least, and three times the reference's."""
+    settings = TimingSettings(warmup=5, round_untimed=True)
+    slow = own_pace(settings, own_ms=40.0, reference_ms=4.0)
+    assert (slow.warmup, slow.round_untimed) == (1, False)
+    assert slow.trials == settings.trials and slow.paired_rounds == settings.paired_rounds
+    for own, ref in ((40.0, 14.0), (8.0, 1.0), (40.0, None), (None, 4.0)):
+        assert own_pace(settings, own, ref) == settings, (own, ref)
+    assert own_pace(TimingSettings(warmup=0), 40.0, 4.0).warmup == 0
+
+
+SLOW_SOFTMAX = '''
+import time
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        time.sleep(0.03)  # 30 ms a call: far slower than the reference's ~1 ms
+        return torch.softmax(x, dim=1)
+'''
+
+
+def test_a_slow_candidate_starts_its_rounds_on_its_own_calls(tmp_path, build_cache_dir):
+    """A candidate far slower than its reference makes no untimed call at the head of its
+    rounds (its own calls warm the device up), while the reference's rounds and a copy's
+    keep theirs; the rounds still pair and the verdicts stand."""
+    slow = tmp_path / "slow_softmax.py"
+    slow.write_text(SLOW_SOFTMAX)
+    proc, rec, _ = run_eval([("slow", "level1/2", slow),
+                             ("copy", "level1/2", HERE / "candidates" / "softmax_copy.py")],
+                            backend="cpp", results_dir=tmp_path / "res",
+                            cache_dir=build_cache_dir, problems=HERE / "problems",
+                            env={"OMP_NUM_THREADS": "1"},
+                            args=("--trials", "30", "--warmup", "2", "--correct-trials", "3",
+                                  "--jobs", "1"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for name in ("slow", "copy"):
+        r = rec[name]
+        assert r["correct"] and r["speedup_ci_method"] == "paired_rounds", (name, r)
+        assert r["phases"]["pair_reference_untimed"] > 0, (name, r["phases"])
+    assert rec["slow"]["phases"].get("child_timing_untimed", 0) == 0, rec["slow"]["phases"]
+    assert rec["copy"]["phases"]["child_timing_untimed"] > 0, rec["copy"]["phases"]
+    assert rec["slow"]["speedup_ci"][1] < 0.34, rec["slow"]["speedup_ci"]

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import traceback
 from pathlib import Path
 
@@ -51,7 +52,7 @@ from kb_eval.harness import INIT_SEED, inputs_for, load_problem, reference_model
 from kb_eval.inputs import build_model, copy_tree, make_inputs, precision_dtype
 from kb_eval.problems import load_module
 from kb_eval.profile.launches import count_or_error
-from kb_eval.timing import SPENT, TimingSettings, paired_rounds, time_callable
+from kb_eval.timing import SPENT, TimingSettings, own_pace, paired_rounds, time_callable
 
 CUDA_ERROR_MARKERS = ("CUDA error", "CUDA_ERROR", "illegal memory access", "cudaError",
                       "device-side assert", "unspecified launch failure")
@@ -155,7 +156,8 @@ def run_candidate(payload: dict, workdir: Path) -> dict:
     del ref_state
     set_phase(workdir, "correctness")
     seen: dict[str, dict] = {}
-    failed = _correctness(model, module, payload, trial_prints, workdir, seen, watch)
+    call_s: list[float] = []  # each correctness call's seconds
+    failed = _correctness(model, module, payload, trial_prints, workdir, seen, watch, call_s)
     if failed is not None:
         return failed
     result = {"status": "ok", "load_s": steps.seconds["load"], "seen": seen,
@@ -163,7 +165,7 @@ def run_candidate(payload: dict, workdir: Path) -> dict:
     steps.lap("correctness")
     if payload.get("timing") is not None:
         failed = _timing_step(model, module, payload, workdir, device, seen, watch, lock,
-                              steps, result)
+                              steps, result, _own_ms(call_s))
         if failed is not None:
             return failed
     _probe_step(model, module, payload, workdir, device, watch, steps, result)
@@ -190,11 +192,17 @@ def _load_and_init(payload: dict, init, ref_state, device: torch.device, watch: 
     return model
 
 
+def _own_ms(call_s: list[float]) -> float | None:
+    """The candidate's pace: its correctness calls' median after the first (which holds
+    lazy compiles and autotuning), in ms; None with fewer than two calls."""
+    return statistics.median(call_s[1:]) * 1e3 if len(call_s) > 1 else None
+
+
 def _timing_step(model, module, payload: dict, workdir: Path, device: torch.device,
                  seen: dict, watch: Watch, lock: DeviceLock, steps: Laps,
-                 result: dict) -> dict | None:
+                 result: dict, own_ms: float | None) -> dict | None:
     """The timed calls, with the device's lock held alone; the failure's record, or None
-    (the timing added to `result`)."""
+    (the timing added to `result`). `own_ms`: the candidate's pace (timing.own_pace)."""
     set_phase(workdir, "timing")
     mark(workdir, "wait")
     dtype = precision_dtype(payload["precision"])
@@ -204,7 +212,7 @@ def _timing_step(model, module, payload: dict, workdir: Path, device: torch.devi
         lock.acquire("exclusive")
         steps.lap("wait_lock")
         mark(workdir, "timing")
-        result.update(_time_candidate(model, module, payload, device, watch, rechecks))
+        result.update(_time_candidate(model, module, payload, device, watch, rechecks, own_ms))
     except OutputTypeError as e:
         return {**failure("runtime_error", "timing", e), "output_type": True}
     except Exception as e:  # noqa: BLE001
@@ -255,9 +263,10 @@ def _probe_step(model, module, payload: dict, workdir: Path, device: torch.devic
 
 
 def _correctness(model, module, payload: dict, trial_prints: list, workdir: Path,
-                 seen: dict, watch: Watch) -> dict | None:
+                 seen: dict, watch: Watch, call_s: list[float]) -> dict | None:
     """One call per correctness trial, each on that trial's inputs drawn again at the
-    first trial's addresses; None when all ran, else the failure to report."""
+    first trial's addresses (each call's seconds appended to `call_s`); None when all
+    ran, else the failure to report."""
     device, precision = torch.device(payload["device"]), payload["precision"]
     buffers = None
     for i, prints in enumerate(trial_prints):
@@ -274,7 +283,8 @@ def _correctness(model, module, payload: dict, trial_prints: list, workdir: Path
             return failure("oom", "correctness", e)
         inputs = buffers = into_buffers(buffers, fresh)
         try:
-            _correctness_call(model, i, inputs, prints, workdir, device, seen, watch)
+            call_s.append(_correctness_call(model, i, inputs, prints, workdir, device, seen,
+                                            watch))
         except OutputTypeError as e:
             return {**failure("runtime_error", "correctness", e), "output_type": True}
         except Exception as e:  # noqa: BLE001
@@ -290,7 +300,8 @@ def _prints_of(module, seed: int, i: int, precision: str, device: torch.device) 
 
 
 def _correctness_call(model, i: int, inputs: list, prints: list, workdir: Path,
-                      device: torch.device, seen: dict, watch: Watch) -> None:
+                      device: torch.device, seen: dict, watch: Watch) -> float:
+    """The call of trial `i`, its output observed and saved; its seconds."""
     label = label_name(("correct", i))
     if changed_since(inputs, prints):  # not what was drawn before candidate code loaded
         watch.inputs_tampered.append(label)
@@ -309,14 +320,16 @@ def _correctness_call(model, i: int, inputs: list, prints: list, workdir: Path,
     calm = settled(tensors, device, call_s if i else 0.0,
                    lambda ts: save_outputs(workdir, label, ts))
     seen[label]["unsettled"] = not calm
+    return call_s
 
 
 def _time_candidate(model, module, payload: dict, device: torch.device, watch: Watch,
-                    rechecks: Rechecks) -> dict:
+                    rechecks: Rechecks, own_ms: float | None) -> dict:
     """Time on inputs drawn, at each call, from a seed the OS gives us then: nothing the
     candidate can learn beforehand predicts them. Same inputs generator, device and timer
     as the reference's timing, so the times compare."""
-    settings = TimingSettings.model_validate(payload["timing"])
+    settings = own_pace(TimingSettings.model_validate(payload["timing"]), own_ms,
+                        payload.get("reference_call_ms"))
     dtype = precision_dtype(payload["precision"])
     rounds = paired_rounds(settings) if payload.get("paired") else []
     n_calls = settings.n_calls

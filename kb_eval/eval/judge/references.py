@@ -243,6 +243,10 @@ class ReferenceStore:
                 state.estimated = True
             return budgeted(settings, state.call_ms, state.launch_ms)
 
+    def call_ms(self, problem: Problem) -> float | None:
+        """The reference's call time as sample_timing estimated it (None: not estimated)."""
+        return self._state(problem).call_ms
+
     def export(self, device: str, key: str, n: int, nbytes: int) -> dict | None:
         """`n` buffers of `nbytes` on `device` for one sample's outputs (wire/device.py):
         {"handles", "bytes"} for the child's payload, or None (files then) when the

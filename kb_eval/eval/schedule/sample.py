@@ -48,6 +48,7 @@ class SampleTask:
     scratch: Path | None = None  # the candidate's run folder when it is not in workdir
     exchange_bytes: int = 0  # outputs handed over on the device: its buffers' size (plan)
     timing: TimingSettings | None = None  # the run's, with its calls budgeted (retry.py)
+    reference_call_ms: float | None = None  # the reference's call, roughly (its estimate)
 
 
 CHILD_TARGET = "kb_eval.eval.child.worker:run_candidate"
@@ -202,6 +203,7 @@ def _payload(ctx: EvalContext, task: SampleTask, device: str) -> dict:
             "device": ctx.torch_device(device), "precision": cfg.precision,
             "seed": ctx.problem_seed(task.problem), "correct_trials": _trials(cfg, task),
             "timing": _timing(cfg, task).model_dump(), "recheck_timed": cfg.recheck_timed,
+            "reference_call_ms": task.reference_call_ms,
             "count_launches": cfg.counts_launches(ctx.device_kind),
             "device_lock": str(ctx.lock_path(device))}
 
