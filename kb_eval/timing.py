@@ -107,8 +107,15 @@ class TimingSettings(BaseModel):
         return self.trials + (1 if self.discard_first else 0)
 
 
-# Calls at least this long start their paired rounds without an untimed call (budgeted).
+# Calls at least this long start their paired rounds without an untimed call (budgeted),
+# and GPU-paced ones (not launch-bound) from GPU_PACED_UNTIMED_MAX_MS on: the round's
+# spin-up (`round_spin_up_ms`) brings the clocks up, and the first call's host path is
+# covered (`launch_cover_ms`). On the H100 a 6.4 GB elementwise call (4.3 ms) spent as long
+# in its rounds' untimed calls as in its timed ones, on both sides: ~0.45 s of each such
+# sample's timing step, the device held alone. Launch-bound calls, whose time is the
+# host's pace, keep the untimed call up to UNTIMED_CALL_MAX_MS.
 UNTIMED_CALL_MAX_MS = 10.0
+GPU_PACED_UNTIMED_MAX_MS = 2.0
 
 
 # A reference call whose host took at least this share of it to return (its launches) is
@@ -122,7 +129,8 @@ def budgeted(settings: TimingSettings, call_ms: float | None,
     `call_ms`, of which its host spent `launch_ms` launching it: `trials` cut to what fits
     in `budget_ms` (never below one call per paired round, or per block of the unpaired
     statistics), and no untimed call at the head of each round for calls of
-    UNTIMED_CALL_MAX_MS or more. Round medians and their interval are what a speedup
+    UNTIMED_CALL_MAX_MS or more (GPU_PACED_UNTIMED_MAX_MS for a GPU call that is not
+    launch-bound). Round medians and their interval are what a speedup
     rests on, not the call count: on the H100's model-style corpus (calls of 0.3-22 ms),
     30 calls in 20 rounds gave each of 43 speedups inside the interval of 100 calls, at
     the same widths. Not so where the host's pace is the time (launch-bound networks of
@@ -132,11 +140,13 @@ def budgeted(settings: TimingSettings, call_ms: float | None,
         return settings
     floor = min(settings.trials, max(settings.paired_rounds, MAX_ROUNDS))
     budget = settings.budget_ms
-    if settings.launch_budget_ms and launch_ms and launch_ms >= LAUNCH_BOUND_SHARE * call_ms:
+    launch_bound = bool(launch_ms and launch_ms >= LAUNCH_BOUND_SHARE * call_ms)
+    if settings.launch_budget_ms and launch_bound:
         budget = max(budget, settings.launch_budget_ms)
     fit = math.ceil(budget / call_ms)
     update: dict = {"trials": max(floor, min(settings.trials, fit))}
-    if call_ms >= UNTIMED_CALL_MAX_MS:
+    gpu_paced = launch_ms is not None and not launch_bound  # no launch figure: a CPU
+    if call_ms >= (GPU_PACED_UNTIMED_MAX_MS if gpu_paced else UNTIMED_CALL_MAX_MS):
         # A round of one such call spent as long in its untimed call as in the timed
         # one, on both sides: 8 of the 16 s a 200 ms KernelBench convolution's timing
         # took on the H100. Its round still starts on `round_spin_up_ms` of GPU work.

@@ -102,6 +102,11 @@ def test_budgeted_calls_by_hand():
     assert [budgeted(s, ms).round_untimed for ms in (0.01, 9.9, 10.0, 200.0)] == \
         [True, True, False, False]
     assert budgeted(s.model_copy(update={"budget_ms": 0}), 200.0).round_untimed
+    # on a GPU, a call its kernels pace does so from 2 ms on; a launch-bound one (the
+    # host's pace) and a CPU's (no launch figure) from 10 ms
+    assert [budgeted(s, ms, 0.2).round_untimed for ms in (1.9, 2.0, 4.3)] == [True, False, False]
+    assert budgeted(s, 4.3, 4.0).round_untimed and budgeted(s, 4.3, None).round_untimed
+    assert not budgeted(s, 12.0, 11.0).round_untimed
     assert budgeted(s, 3.0).model_copy(update={"trials": 100}) == s  # nothing else moves
 
 

@@ -260,6 +260,19 @@ def test_probe_inputs_and_regeneration():
     assert px.shape == (7, 4) and py.shape == (7, 2) and k == 3
     assert probes.probe_inputs([torch.randn(5)]) is None  # no batch dimension
     assert probes.probe_inputs([torch.randn(1, 4)]) is None
+    # inputs over PROBE_MAX_BYTES: about as many rows as fit, at least two (one of two)
+    gib = 1 << 30
+    assert probes.probe_batch(8, gib) == 7 and probes.probe_batch(112, 7 * gib) == 16
+    assert probes.probe_batch(16, 16 * gib) == 2 and probes.probe_batch(2, 64 * gib) == 1
+    assert probes.probe_batch(4, gib + 1) == 3  # nothing fewer fits better than one smaller
+
+
+def test_a_large_problem_is_probed_on_fewer_rows(monkeypatch):
+    monkeypatch.setattr(probes, "PROBE_MAX_BYTES", 64 * 4 * 10)  # ten rows of x and y
+    x, y = torch.randn(40, 32), torch.randn(40, 32)
+    px, py, w = probes.probe_inputs([x, y, torch.randn(3, 3)])
+    assert px.shape == (10, 32) and py.shape == (10, 32) and w.shape == (3, 3)
+    assert px.data_ptr() == x.data_ptr()  # a view: nothing drawn again
 
     class M:
         @staticmethod

@@ -9,8 +9,9 @@
   written after the call returned (a thread, a stream the sync missed) differs.
 - `fingerprint`: two 64-bit sums over a tensor's bits, so inputs drawn before candidate
   code loads can be checked later without keeping them (gigabytes on large problems).
-- `probe_inputs`: the problem's inputs with the batch (first) dimension one smaller, to see
-  whether a candidate computes the operation or only the one shape it was shown.
+- `probe_inputs`: the problem's inputs with a smaller batch (first) dimension (one smaller,
+  or fewer rows for inputs over 1 GiB), to see whether a candidate computes the
+  operation or only the one shape it was shown.
 - `thread_names`: Python threads alive now (a candidate's own threads show up here).
 - `empty_call_ms`: the fastest of 30 calls that do nothing, through the same timer: no
   candidate can be faster (measured in the reference server).
@@ -186,14 +187,33 @@ def changed_since(xs: list, prints: list) -> list[int]:
             if isinstance(x, torch.Tensor) and fingerprint(x) != p]
 
 
+# The shape probe's batched inputs, at most (about): a larger problem's probe takes a
+# smaller batch. On the H100 a KernelBench norm with 7.5 GB outputs spent ~5 s of its
+# serial lane on the probe at a batch one smaller (its output written to a file by the
+# child, read back and judged by the server), for a check that only warns.
+PROBE_MAX_BYTES = 1 << 30
+
+
+def probe_batch(batch: int, batched_bytes: int) -> int:
+    """The probe's batch: one smaller than the problem's, or for inputs of more than
+    PROBE_MAX_BYTES about as many rows as fit in it (at least two, or one of a batch of
+    two): any size but the problem's own shows a kernel written for that size only."""
+    if batched_bytes <= PROBE_MAX_BYTES:
+        return batch - 1
+    fit = batch * PROBE_MAX_BYTES // batched_bytes
+    return max(min(2, batch - 1), min(batch - 1, fit))
+
+
 def probe_inputs(inputs: list) -> list | None:
-    """Inputs with the first dimension one smaller (every tensor input of rank >= 2 whose
-    first dimension is the first tensor input's); None when there is no such batch."""
+    """Inputs with a smaller first dimension (probe_batch; every tensor input of rank >= 2
+    whose first dimension is the first tensor input's); None when there is no such batch."""
     tensors = [x for x in inputs if isinstance(x, torch.Tensor) and x.dim() >= 2]
     if not tensors or tensors[0].shape[0] < 2:
         return None
     batch = tensors[0].shape[0]
-    return [x[:batch - 1] if isinstance(x, torch.Tensor) and x.dim() >= 2 and
+    batched = [x for x in tensors if x.shape[0] == batch]
+    keep = probe_batch(batch, tensor_bytes(batched))
+    return [x[:keep] if isinstance(x, torch.Tensor) and x.dim() >= 2 and
             x.shape[0] == batch else x for x in inputs]
 
 

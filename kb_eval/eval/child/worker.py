@@ -11,7 +11,7 @@ kb_eval/eval/judge/reference_worker.py).
   that call; every timed call's output is checked for aliasing, a random few (picked
   after they return) are checked in full and saved with their seeds for re-checking
   (rechecks.py)  ->
-  one call on a batch one smaller (shape probe). Tripwires are checked after every step
+  one call on a smaller batch (shape probe). Tripwires are checked after every step
   and call (after a timed call, the timer's part; all of them after each round:
   calls.py); Python threads the candidate left are listed.
 
@@ -369,7 +369,7 @@ def _launches(model, module, payload: dict, device: torch.device) -> dict:
 
 def _shape_probe(model, module, seed: int, payload: dict, workdir: Path,
                  device: torch.device, result: dict) -> None:
-    """One call on a batch one smaller. A kernel written for the problem's sizes only may
+    """One call on a smaller batch (probes.probe_batch). A kernel written for the problem's sizes only may
     crash here: the result so far is on disk first, so that costs only the probe."""
     probe = probe_inputs(inputs_for(module, seed, ("shape", 0), payload["precision"], device))
     if probe is None:

@@ -10,7 +10,7 @@ word alone), each returning `Flag`s for a sample's record:
   device's peak bandwidth);
 - `constant_reference`: every correctness trial's reference output is the same: the
   problem cannot tell a constant from a computation;
-- `shape_probe`: the candidate's answer on a batch one smaller, against the reference's.
+- `shape_probe`: the candidate's answer on a smaller batch, against the reference's.
 `VOIDS_SPEEDUP` (in score) lists the warnings whose samples' speedups are not counted.
 """
 

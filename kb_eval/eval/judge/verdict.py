@@ -207,10 +207,11 @@ def _correctness(cfg, labels: list[str], ref: ReferenceRun):
 
 
 def _probe_flags(result: dict, diffs: dict[str, dict]) -> list[Flag]:
-    """The answer on a batch one smaller: wrong without an error means the candidate holds
-    only for the problem's own sizes (refusing other sizes with an error is fine)."""
+    """The answer on a smaller batch (probes.probe_batch): wrong without an error means the
+    candidate holds only for the problem's own sizes (refusing other sizes with an error
+    is fine)."""
     d = diffs.get(PROBE_LABEL)
     if d is None or result.get("probe") != PROBE_LABEL:
         return []
     return shape_probe(None if d.get("ok") else d.get("error"),
-                       "a batch one smaller than the problem's")
+                       "a smaller batch than the problem's")

@@ -1,7 +1,7 @@
 """Names of the checked calls of a sample, as files and result keys use them.
 
     correct_<i>             correctness trial i (inputs from the run's secret seed)
-    shape_0                 the shape probe (a batch one smaller)
+    shape_0                 the shape probe (a smaller batch)
     timing_<i>_<seed hex>   timed call i, re-checked, with the OS-random seed of its inputs
 """
 
