@@ -164,6 +164,39 @@ def test_a_child_copies_into_buffers_the_server_exported(tmp_path):
         exported.free()
 
 
+@pytest.mark.gpu
+@GPU
+def test_a_short_device_hands_over_as_many_buffers_as_fit():
+    """Exported with `at_least`: the buffers that fit, if that many; without it, all or an
+    error. The server's export gives back what it keeps first, then asks so
+    (reference_worker.export_buffers)."""
+    from kb_eval.eval.judge import reference_worker
+    from kb_eval.eval.wire.device import CudaError, Exported
+
+    device = torch.device("cuda:0")
+    size = slot_size(1 << 30)
+    torch.cuda.empty_cache()
+    free, _ = torch.cuda.mem_get_info(device)
+    hog = torch.empty(free - int(2.5 * size), dtype=torch.uint8, device=device)
+    try:
+        with pytest.raises(CudaError):
+            Exported(4, size, device)
+        with pytest.raises(CudaError):
+            Exported(4, size, device, at_least=3)
+        some = Exported(4, size, device, at_least=2)
+        assert len(some.handles) == len(some.views()) == 2
+        some.free()
+        answer = reference_worker.export_buffers(
+            {"key": "short", "n": 4, "bytes": size, "at_least": 2}, device)
+        assert len(answer["handles"]) == 2, answer
+        reference_worker.free_buffers("short")
+        assert "error" in reference_worker.export_buffers(
+            {"key": "short", "n": 4, "bytes": size, "at_least": 3}, device)
+    finally:
+        del hog
+        torch.cuda.empty_cache()
+
+
 def large_problem() -> str:
     """The test suite's ScaleAdd at 2048 x 2048 (16 MB outputs: handed over on the device)."""
     text = (kit.PROBLEMS / "level1" / "1_ScaleAdd.py").read_text()

@@ -247,11 +247,13 @@ class ReferenceStore:
         """The reference's call time as sample_timing estimated it (None: not estimated)."""
         return self._state(problem).call_ms
 
-    def export(self, device: str, key: str, n: int, nbytes: int) -> dict | None:
-        """`n` buffers of `nbytes` on `device` for one sample's outputs (wire/device.py):
-        {"handles", "bytes"} for the child's payload, or None (files then) when the
-        server could not allocate them."""
-        out = self._call(device, {"export": {"key": key, "n": n, "bytes": nbytes},
+    def export(self, device: str, key: str, n: int, nbytes: int,
+               at_least: int | None = None) -> dict | None:
+        """`n` buffers of `nbytes` on `device` for one sample's outputs (wire/device.py),
+        or as many as fit but no fewer than `at_least`: {"handles", "bytes"} for the
+        child's payload, or None (files then) when the server could not allocate them."""
+        out = self._call(device, {"export": {"key": key, "n": n, "bytes": nbytes,
+                                             "at_least": at_least},
                                   "device": self.ctx.torch_device(device)})
         return out.result if out.ok and (out.result or {}).get("handles") else None
 

@@ -9,7 +9,9 @@ outputs and temporaries) within 80 % of what the device offers idle, and the buf
 the float64 truth's need within 90 % (the server computes it with the buffers still
 held). A KernelBench v0.2 elementwise problem (6.4 GB in, 6.4 GB out) takes four buffers,
 25.8 GB, on an 80 GB H100. Where fewer fit, the first checked calls get buffers and the
-child writes files for the rest (child/worker.py save_outputs); on a CPU, files.
+child writes files for the rest (child/worker.py save_outputs); on a CPU, files. Fewer
+fit by the plan, or by what the server finds free when it allocates them (it then gives
+back what it keeps first, and hands over as many as fit, at least MIN_SLOTS).
 """
 
 from __future__ import annotations
@@ -70,7 +72,7 @@ def exchange_for(refs: ReferenceStore, device: str, key: str, n: int,
     """The sample's buffers for the length of the block (None: files), freed at its end
     unless a comparison took them."""
     key = f"{os.getpid()}:{key}"
-    spec = refs.export(device, key, n, slot_size(out_bytes)) if use else None
+    spec = refs.export(device, key, n, slot_size(out_bytes), MIN_SLOTS) if use else None
     exchange = Exchange(key, spec) if spec else None
     try:
         yield exchange

@@ -37,6 +37,9 @@ SLOT_ALIGN = 2 << 20  # buffers in whole 2 MiB pages: an IPC mapping never share
 MAX_SLOTS = 64
 
 
+CUDA_ERROR_OUT_OF_MEMORY = 2  # cuMemAlloc's answer when the device has no room
+
+
 class CudaError(RuntimeError):
     pass
 
@@ -99,7 +102,9 @@ class Exported:
     child's payload), and byte views of them for the comparison. `free` once the child
     has ended."""
 
-    def __init__(self, n: int, nbytes: int, device: torch.device):
+    def __init__(self, n: int, nbytes: int, device: torch.device, at_least: int | None = None):
+        """`n` buffers, or (`at_least`) as many as the device has room for, but no fewer
+        than that: the first checked calls get buffers, the rest files (exchange.py)."""
         if not 0 < n <= MAX_SLOTS:
             raise ValueError(f"{n} buffers asked, at most {MAX_SLOTS}")
         _current(device)
@@ -108,8 +113,10 @@ class Exported:
         try:
             for _ in range(n):
                 ptr = ctypes.c_uint64()
-                _check(_driver().cuMemAlloc_v2(ctypes.byref(ptr), nbytes),
-                       f"allocating {nbytes} bytes")
+                status = _driver().cuMemAlloc_v2(ctypes.byref(ptr), nbytes)
+                if status == CUDA_ERROR_OUT_OF_MEMORY and at_least and len(self.ptrs) >= at_least:
+                    break  # the rest go through files
+                _check(status, f"allocating {nbytes} bytes")
                 self.ptrs.append(ptr.value)
                 handle = _Handle()
                 _check(_driver().cuIpcGetMemHandle(ctypes.byref(handle), ptr.value),
