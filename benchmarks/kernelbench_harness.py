@@ -47,14 +47,32 @@ def run_level(args, level: int | list[int], problems: str | None, lane_depth: in
     if args.no_round_untimed:
         cmd.append("--no-round-untimed")
     t0 = time.monotonic()
+    proc = subprocess.Popen(cmd)
     try:
-        rc = subprocess.run(cmd, timeout=args.timeout).returncode
+        rc = proc.wait(timeout=args.timeout)
     except subprocess.TimeoutExpired:
+        stop(proc)
         rc = "timeout"  # the report holds every problem judged until then
     wall = time.monotonic() - t0
     rows = json.loads(out.read_text())["problems"] if out.exists() else []
     return {"level": level, "rc": rc, "wall_s": round(wall, 1), "rows": rows,
             "lane_depth": lane_depth}
+
+
+STOP_GRACE_S = 20.0
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """End `check` as a timeout should: SIGTERM (it stops as on Ctrl-C: its children
+    ended, its scratch removed, what was judged saved), SIGKILL only if it is still there
+    after STOP_GRACE_S. Killed outright, it left a stopped candidate holding device memory
+    and its output files in /dev/shm for the next run on that machine."""
+    proc.terminate()
+    try:
+        proc.wait(STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def level_part(together: dict, level: int) -> dict:
@@ -114,7 +132,9 @@ def main() -> int:
     p.add_argument("--out", default="results/harness", help="folder for the JSON reports")
     p.add_argument("--tag", default="", help="suffix for the report names")
     p.add_argument("--timeout", type=float, default=None,
-                   help="seconds per level (with --together: for the whole run) at most")
+                   help="seconds per level (with --together: for the whole run) at most; "
+                        "then check is stopped with SIGTERM (up to 20 s to end its children "
+                        "and save what it judged), SIGKILL only after")
     p.add_argument("--together", action="store_true",
                    help="all --levels in one check --harness run (one reference server, "
                         "no drain between levels), summed up per level and in all")

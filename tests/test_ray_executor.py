@@ -26,7 +26,8 @@ from candidates import eval_kit as kit
 ray = pytest.importorskip("ray")
 
 from kb_eval.eval import EvalConfig, evaluate  # noqa: E402
-from kb_eval.eval.schedule.ray_lane import adopt_driver_env, sweep_dead_lanes  # noqa: E402
+from kb_eval.eval.schedule.ray_lane import adopt_driver_env  # noqa: E402
+from kb_eval.isolation.procs import end_orphans_of_dead_runs  # noqa: E402
 from kb_eval.problems import load_problems, reference_copy  # noqa: E402
 from kb_eval.timing import TimingSettings  # noqa: E402
 
@@ -263,7 +264,7 @@ def test_driver_killed_then_resume(cluster, folder, tmp_path, build_cache_dir):
     assert run["config"]["executor"] == "ray" and run["config"]["ray_address"] == cluster
     # Nothing of either driver is left: no lane actor, no child of a dead lane.
     assert not _lanes() - before
-    assert sweep_dead_lanes() == 0
+    assert end_orphans_of_dead_runs() == []
 
 def test_driver_terminated_stops_like_ctrl_c(cluster, folder, tmp_path, build_cache_dir):
     """`kill` (SIGTERM) on the driver once a lane's record is written: the run stops as
@@ -328,7 +329,7 @@ def test_lane_killed_mid_sample_is_rerun(cluster, folder, tmp_path, build_cache_
     # The dead lane's children (the candidate asleep for 60 s, the reference server) were
     # killed by the lane that replaced it: none is left for this sweep.
     assert not alive(pids[0])
-    assert sweep_dead_lanes() == 0
+    assert end_orphans_of_dead_runs() == []
 
 
 def _one_line_exit_2(proc) -> str:

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Callable
 
 from kb_eval.isolation.forkserver import FORK_SERVERS
-from kb_eval.isolation.procs import (ADOPTING, CHECK_S, LIVE, MARKER, RSS, become_subreaper,
+from kb_eval.isolation.procs import (ADOPTING, CHECK_S, LIVE, MARKER, OWNER, RSS,
+                                     become_subreaper, owner_tag,
                                      file_size, killpg, reap_orphans)
 
 POLL_S = 0.005  # how often a watcher looks whether its child is done (GPU lane: latency)
@@ -43,7 +44,8 @@ class Child:
         a Server's long-lived trusted child always starts afresh."""
         become_subreaper()
         log_file = open(log_path, "wb")
-        full_env = {**os.environ, **(env or {}), MARKER: "1", "PYTHONUNBUFFERED": "1"}
+        full_env = {**os.environ, **(env or {}), MARKER: "1", OWNER: owner_tag(),
+                    "PYTHONUNBUFFERED": "1"}
         if "+serve" not in preload:
             child = FORK_SERVERS.spawn(full_env, preload, log_file, lambda p: cls(p, log_file))
             if child is not None:

@@ -20,6 +20,10 @@ if TYPE_CHECKING:
     from kb_eval.isolation.handle import Child
 
 MARKER = "KB_EVAL_SANDBOX"
+# Which evaluator started a sandbox child: "<pid>:<start time in clock ticks>" (a pid can
+# be reused; with its start time it names one process). A child whose evaluator is gone
+# is ended by the next run (end_orphans_of_dead_runs).
+OWNER = "KB_EVAL_OWNER"
 CHECK_S = 0.1  # how often memory and output size are checked
 
 
@@ -150,6 +154,74 @@ def _reap_once() -> bool:
     return killed
 
 
+def _start_ticks(pid: int) -> str | None:
+    """A process's start time (clock ticks since boot), from /proc; None when it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def owner_tag() -> str:
+    """This process as the OWNER of the children it starts."""
+    return f"{os.getpid()}:{_start_ticks(os.getpid())}"
+
+
+def owner_alive(tag: str) -> bool:
+    """Whether the process an owner_tag names still runs."""
+    pid, _, ticks = tag.partition(":")
+    return pid.isdigit() and _start_ticks(int(pid)) == ticks
+
+
+def end_orphans_of_dead_runs() -> list[int]:
+    """Kill the process groups of this user's sandbox children whose evaluator is gone
+    (their OWNER names a process that no longer runs): left by a run killed outright
+    (SIGKILL, a benchmark's timeout), whose exit handlers never ran. A candidate stopped
+    for its paired timing's reference rounds (SIGSTOP) when that happened stays stopped
+    for ever, holding its device memory, and the next run's memory plans find the device
+    short (eval/schedule/leftovers.py). Run at a pool's start."""
+    if not sys.platform.startswith("linux"):
+        return []
+    uid, ended = os.getuid(), []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        pid = int(entry)
+        try:
+            if os.stat(f"/proc/{pid}").st_uid != uid:
+                continue
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        owner = next((v[len(OWNER) + 1:].decode(errors="replace") for v in environ
+                      if v.startswith(f"{OWNER}=".encode())), None)
+        if f"{MARKER}=1".encode() not in environ or owner is None or owner_alive(owner):
+            continue
+        try:
+            pgid = os.getpgid(pid)
+            if pgid != os.getpgid(0):
+                killpg(pgid)
+            os.kill(pid, signal.SIGKILL)
+            ended.append(pid)
+        except (ProcessLookupError, PermissionError):
+            pass
+    return ended
+
+
+def remove_left_by_dead(root: Path, prefix: str, keep: frozenset[str] = frozenset()) -> None:
+    """Folders `<prefix><pid>` under `root` whose process is gone (but those named in
+    `keep`): a run killed outright (SIGKILL or a lost machine) never reached the exit
+    handlers that remove its own."""
+    try:
+        found = [p for p in root.iterdir() if p.name.startswith(prefix) and p.name not in keep]
+    except OSError:
+        return
+    for old in found:
+        pid = old.name[len(prefix):]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
+
+
 class ScratchDir:
     """This process's scratch folder for `kind`: kb_eval_<kind>_<pid> under $TMPDIR, named
     at first use, after removing those of processes that are gone (a run killed outright,
@@ -163,14 +235,7 @@ class ScratchDir:
     def path(self) -> Path:
         if self._path is None:
             root, prefix = Path(os.environ.get("TMPDIR", "/tmp")), f"kb_eval_{self.kind}_"
-            try:
-                found = [p for p in root.iterdir() if p.name.startswith(prefix)]
-            except OSError:
-                found = []
-            for old in found:
-                pid = old.name[len(prefix):]
-                if pid.isdigit() and not _alive(int(pid)):
-                    shutil.rmtree(old, ignore_errors=True)
+            remove_left_by_dead(root, prefix)
             self._path = root / f"{prefix}{os.getpid()}"
         return self._path
 

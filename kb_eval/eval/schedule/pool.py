@@ -33,11 +33,12 @@ from kb_eval.eval.schedule.build import (BuildOutcome, Builder, clear_batons,
                                          clear_old_batons, source_sha256)
 from kb_eval.eval.schedule.context import EvalContext
 from kb_eval.eval.schedule.first_call import first_call_payload
+from kb_eval.eval.schedule.leftovers import clear_leftovers
 from kb_eval.eval.schedule.overlap import DeviceSlots, lanes_per_device
 from kb_eval.eval.schedule.reaper import sweep_escapees
 from kb_eval.eval.judge.references import ReferenceStore
 from kb_eval.eval.schedule.lane import clean_up, evaluate_guarded, internal_error
-from kb_eval.eval.schedule.sample import SHM, SampleTask, record_build_failure, start_children
+from kb_eval.eval.schedule.sample import RUN_SCRATCH, SHM, SampleTask, record_build_failure, start_children
 from kb_eval.isolation import kill_running
 from kb_eval.problems import Problem
 from kb_eval.results import SampleRecord
@@ -141,6 +142,7 @@ class EvalPool(RecordStream):
         cfg = ctx.config
         # locks the run's children leave are younger than this (close)
         self.started = clear_old_batons(cfg.cache_dir, cfg.build_timeout_s, cfg.run_timeout_s)
+        clear_leftovers(ctx.invocation_dir)  # of runs killed outright (leftovers.py)
         self.builder = Builder(root=cfg.cache_dir / "builds",
                                fingerprint=ctx.fingerprint, env=ctx.build_env(),
                                timeout_s=cfg.build_timeout_s, mem_limit_mb=cfg.mem_limit_mb)
@@ -188,6 +190,6 @@ class EvalPool(RecordStream):
         self.refs.close()
         sweep_escapees(min_age_s=0.0)  # nothing of ours is starting now
         clear_batons(self.builder.root, since=self.started)  # every child has ended
-        shutil.rmtree(SHM / f"kb_eval_{os.getpid()}", ignore_errors=True)
+        shutil.rmtree(SHM / f"{RUN_SCRATCH}{os.getpid()}", ignore_errors=True)
         if not self.ctx.config.keep_workdirs:
             shutil.rmtree(self.ctx.invocation_dir, ignore_errors=True)

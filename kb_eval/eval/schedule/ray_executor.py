@@ -44,6 +44,7 @@ from kb_eval.eval.schedule.build import (BuildOutcome, cache_key, clear_batons,
                                          clear_old_batons)
 from kb_eval.eval.schedule.context import EvalContext
 from kb_eval.eval.schedule.first_call import first_call_payload
+from kb_eval.eval.schedule.leftovers import clear_leftovers
 from kb_eval.eval.schedule.pool import _STOP, RecordStream
 from kb_eval.eval.schedule.ray_lane import Lane, ProblemFacts, build_on_node, driver_env
 from kb_eval.eval.schedule.retry import unjudged
@@ -63,6 +64,7 @@ class RayPool(RecordStream):
         cfg = ctx.config
         self.started = clear_old_batons(cfg.cache_dir, cfg.build_timeout_s,  # as pool.py
                                         cfg.run_timeout_s)
+        clear_leftovers(ctx.invocation_dir)  # this node's, as pool.py
         self.owns_ray = connect(ctx.config.ray_address)
         self.token = secrets.token_hex(4)
         self.spec = self._spec()

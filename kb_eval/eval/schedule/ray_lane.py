@@ -11,9 +11,10 @@ derived seed (the one its candidate child gets anyway) and the baseline figures 
 verdict needs (`ProblemFacts`), so `LaneContext` answers from those instead.
 
 A lane killed with SIGKILL (ray.kill, a node's OOM killer) leaves its children with no
-watcher: no timeout, no memory limit. Every child a lane starts carries its tag (LANE_VAR:
-pid and start time), and each lane starting on a node first kills the process groups of
-tags whose lane is gone (`sweep_dead_lanes`).
+watcher: no timeout, no memory limit. Every child a lane starts carries its evaluator's
+tag (pid and start time: isolation's OWNER, as every sandbox child does), and each lane
+starting on a node first kills the process groups of children whose evaluator is gone
+(`isolation.procs.end_orphans_of_dead_runs`).
 """
 
 from __future__ import annotations
@@ -29,12 +30,11 @@ from kb_eval.eval.schedule.build import BuildOutcome, Builder, front_name, toolc
 from kb_eval.eval.schedule.context import EvalContext
 from kb_eval.eval.schedule.lane import clean_up, evaluate_guarded
 from kb_eval.eval.schedule.reaper import sweep_escapees
-from kb_eval.eval.schedule.sample import SHM, SampleTask, start_children
-from kb_eval.isolation.procs import LIVE, killpg
+from kb_eval.eval.schedule.sample import RUN_SCRATCH, SHM, SampleTask, start_children
+from kb_eval.isolation.procs import LIVE, end_orphans_of_dead_runs, killpg
 from kb_eval.results import HardwareInfo, SampleRecord
 from kb_eval.timing import TimingStats
 
-LANE_VAR = "KB_EVAL_LANE"
 # Ray's variables that would hand a candidate child the cluster (address, credentials):
 # dropped from a lane's environment, which its children inherit.
 RAY_SECRETS = ("RAY_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
@@ -71,9 +71,8 @@ class ProblemFacts:
 @dataclass
 class LaneContext(EvalContext):
     """The driver's EvalContext as a lane sees it: no secret (None: nothing here derives
-    seeds), per-problem facts from the driver, and children tagged with the lane."""
+    seeds) and per-problem facts from the driver."""
     facts: dict[str, ProblemFacts] = field(default_factory=dict)
-    lane_tag: str = ""
 
     def problem_seed(self, problem) -> int:
         return self.facts[problem.key].seed
@@ -83,9 +82,6 @@ class LaneContext(EvalContext):
 
     def baseline_peak(self, problem) -> int | None:
         return self.facts[problem.key].peak
-
-    def device_env(self, device: str) -> dict[str, str]:
-        return {**super().device_env(device), LANE_VAR: self.lane_tag}
 
 
 def shared_cache_error(spec: dict) -> str | None:
@@ -118,49 +114,6 @@ def build_on_node(spec: dict, source: str, workdir: str,
     finally:
         if not cfg.keep_workdirs:
             shutil.rmtree(workdir, ignore_errors=True)
-
-
-# ------------------------------------------------------------------ orphans
-def _start_time(pid: int) -> str | None:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
-
-
-def own_tag() -> str:
-    return f"{os.getpid()}.{_start_time(os.getpid())}"
-
-
-def _owner(pid: str) -> str | None:
-    """The lane tag in a process's environment, if any."""
-    try:
-        environ = Path(f"/proc/{pid}/environ").read_bytes()
-    except OSError:
-        return None
-    prefix = f"{LANE_VAR}=".encode()
-    for var in environ.split(b"\0"):
-        if var.startswith(prefix):
-            return var[len(prefix):].decode(errors="replace")
-    return None
-
-
-def sweep_dead_lanes() -> int:
-    """Kill the process groups of children whose lane is gone (returns how many)."""
-    killed = 0
-    for entry in filter(str.isdigit, os.listdir("/proc")):
-        tag = _owner(entry)
-        if not tag:
-            continue
-        pid, _, started = tag.partition(".")
-        if pid.isdigit() and _start_time(int(pid)) == started:
-            continue  # its lane lives
-        try:
-            killpg(os.getpgid(int(entry)))
-            killed += 1
-        except ProcessLookupError:
-            pass
-    return killed
 
 
 # ------------------------------------------------------------------ the lane
@@ -202,7 +155,7 @@ class Lane:
         for name in RAY_SECRETS:
             os.environ.pop(name, None)
         adopt_driver_env(spec["driver_env"])
-        sweep_dead_lanes()
+        end_orphans_of_dead_runs()  # of lanes killed outright on this node
         self.device = lane_device(spec["device_kind"])
         self.node = ray.util.get_node_ip_address()
         self.ctx = LaneContext(
@@ -210,7 +163,7 @@ class Lane:
             device_kind=spec["device_kind"], devices=[self.device],
             arch_list=spec["arch_list"], fingerprint=spec["fingerprint"],
             invocation_dir=Path(spec["invocation_dir"]), compiler_env=spec["compiler_env"],
-            secret=None, lane_tag=own_tag())
+            secret=None)
         self.error = shared_cache_error(spec) or node_mismatch(spec, self.ctx)
         self.refs = None if self.error else ReferenceStore(self.ctx)
         if self.refs is not None:
@@ -244,6 +197,6 @@ class Lane:
             self.refs.close()
         self.abort()  # the spare children: nobody is left to give them a task
         sweep_escapees(min_age_s=0.0)
-        shutil.rmtree(SHM / f"kb_eval_{os.getpid()}", ignore_errors=True)
+        shutil.rmtree(SHM / f"{RUN_SCRATCH}{os.getpid()}", ignore_errors=True)
         if not self.ctx.config.keep_workdirs:  # this node's copy of the run's scratch
             shutil.rmtree(self.ctx.invocation_dir, ignore_errors=True)

@@ -220,6 +220,7 @@ def _note_diagnostics(record: SampleRecord, result: dict, metrics: dict) -> None
 
 
 SHM = Path("/dev/shm")
+RUN_SCRATCH = "kb_eval_run_"  # + the pool's pid: its candidates' output files in SHM
 
 
 def run_folder(ctx: EvalContext, task: SampleTask) -> Path:
@@ -234,7 +235,7 @@ def run_folder(ctx: EvalContext, task: SampleTask) -> Path:
         roomy = False
     if not roomy or not task.out_bytes:
         return task.workdir / "run"
-    task.scratch = SHM / f"kb_eval_{os.getpid()}" / task.workdir.name
+    task.scratch = SHM / f"{RUN_SCRATCH}{os.getpid()}" / task.workdir.name
     return task.scratch / "run"
 
 
