@@ -110,10 +110,10 @@ class TimingSettings(BaseModel):
 # Calls at least this long start their paired rounds without an untimed call (budgeted),
 # and GPU-paced ones (not launch-bound) from GPU_PACED_UNTIMED_MAX_MS on: the round's
 # spin-up (`round_spin_up_ms`) brings the clocks up, and the first call's host path is
-# covered (`launch_cover_ms`). On the H100 a 6.4 GB elementwise call (4.3 ms) spent as long
-# in its rounds' untimed calls as in its timed ones, on both sides: ~0.45 s of each such
-# sample's timing step, the device held alone. Launch-bound calls, whose time is the
-# host's pace, keep the untimed call up to UNTIMED_CALL_MAX_MS.
+# covered (`launch_cover_ms`). On the H100 a 6.4 GB elementwise call (4.3 ms) spent about
+# as long in its rounds' untimed calls as in its timed ones, on both sides: ~0.45 s of
+# each such sample's timing step, the device held alone. Launch-bound calls, whose time
+# is the host's pace, keep the untimed call up to UNTIMED_CALL_MAX_MS.
 UNTIMED_CALL_MAX_MS = 10.0
 GPU_PACED_UNTIMED_MAX_MS = 2.0
 
@@ -155,8 +155,9 @@ def budgeted(settings: TimingSettings, call_ms: float | None,
 
 
 # A side at least this many times slower than the reference (and at UNTIMED_CALL_MAX_MS
-# or more a call) warms up on its own calls (own_pace): its correctness calls, timed by
-# its host beside other children's work, may run a few times long, never this much.
+# or more a call) warms up on its own calls (own_pace): its correctness calls are timed
+# by its host beside other children's work, so a margin keeps a candidate that merely
+# ran beside a busy neighbour on the reference's protocol.
 SLOW_SIDE_RATIO = 3.0
 
 

@@ -369,8 +369,9 @@ def _launches(model, module, payload: dict, device: torch.device) -> dict:
 
 def _shape_probe(model, module, seed: int, payload: dict, workdir: Path,
                  device: torch.device, result: dict) -> None:
-    """One call on a smaller batch (probes.probe_batch). A kernel written for the problem's sizes only may
-    crash here: the result so far is on disk first, so that costs only the probe."""
+    """One call on a smaller batch (probes.probe_batch). A kernel written for the
+    problem's sizes only may crash here: the result so far is on disk first, so that
+    costs only the probe."""
     probe = probe_inputs(inputs_for(module, seed, ("shape", 0), payload["precision"], device))
     if probe is None:
         return

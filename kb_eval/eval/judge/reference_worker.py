@@ -630,5 +630,3 @@ def device_floor(timing: dict, device: torch.device) -> dict:
                 "copy_bytes_per_s": copy_bandwidth(device)}
     except Exception as e:  # noqa: BLE001 - no device figures then: the floor uses fewer
         return {"error": f"{type(e).__name__}: {e}"[:300]}
-    except Exception as e:  # noqa: BLE001 - no floor then, but the outputs still count
-        return {"error": f"{type(e).__name__}: {e}"[:300]}

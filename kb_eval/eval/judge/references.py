@@ -267,8 +267,9 @@ class ReferenceStore:
         """Run the reference on `labels` and compare with the candidate's files in
         `folder` (and the buffers exported under the key `exchange`, then freed). The
         first run of a problem (it also measures once-per-problem figures) is the
-        problem's only one in flight; later ones may run side by side on several devices. `paired`: the sample's timing
-        timed the reference in rounds beside it, so a live baseline needs no timing here."""
+        problem's only one in flight; later ones may run side by side on several
+        devices. `paired`: the sample's timing timed the reference in rounds beside it, so
+        a live baseline needs no timing here."""
         state = self._state(problem)
         with state.lock:
             if state.error and state.harness:  # the server died last time: try again

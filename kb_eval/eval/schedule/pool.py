@@ -38,7 +38,8 @@ from kb_eval.eval.schedule.overlap import DeviceSlots, lanes_per_device
 from kb_eval.eval.schedule.reaper import sweep_escapees
 from kb_eval.eval.judge.references import ReferenceStore
 from kb_eval.eval.schedule.lane import clean_up, evaluate_guarded, internal_error
-from kb_eval.eval.schedule.sample import RUN_SCRATCH, SHM, SampleTask, record_build_failure, start_children
+from kb_eval.eval.schedule.sample import (RUN_SCRATCH, SHM, SampleTask, record_build_failure,
+                                          start_children)
 from kb_eval.isolation import kill_running
 from kb_eval.problems import Problem
 from kb_eval.results import SampleRecord
