@@ -95,3 +95,13 @@ def test_folders_of_dead_pids_go_but_those_kept(tmp_path):
     remove_left_by_dead(tmp_path, "kb_eval_", keep=frozenset({kept_dead.name}))
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         [f"kb_eval_{alive}", "kb_eval_run_7x", "other_1", kept_dead.name])
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="only root can give a folder to another user")
+def test_another_users_folder_is_never_removed(tmp_path):
+    """Run as root, the sweep could remove anything: it takes only this user's folders."""
+    theirs = tmp_path / f"kb_eval_{_dead_tag().split(':')[0]}"
+    theirs.mkdir()
+    os.chown(theirs, 54321, 54321)
+    remove_left_by_dead(tmp_path, "kb_eval_")
+    assert theirs.exists()

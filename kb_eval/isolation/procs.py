@@ -209,16 +209,20 @@ def end_orphans_of_dead_runs() -> list[int]:
 
 
 def remove_left_by_dead(root: Path, prefix: str, keep: frozenset[str] = frozenset()) -> None:
-    """Folders `<prefix><pid>` under `root` whose process is gone (but those named in
-    `keep`): a run killed outright (SIGKILL or a lost machine) never reached the exit
-    handlers that remove its own."""
+    """This user's folders `<prefix><pid>` under `root` whose process is gone (but those
+    named in `keep`): a run killed outright (SIGKILL or a lost machine) never reached the
+    exit handlers that remove its own. Another user's are never touched (root could)."""
     try:
         found = [p for p in root.iterdir() if p.name.startswith(prefix) and p.name not in keep]
     except OSError:
         return
     for old in found:
         pid = old.name[len(prefix):]
-        if pid.isdigit() and not _alive(int(pid)):
+        try:
+            mine = old.stat().st_uid == os.getuid()
+        except OSError:
+            continue
+        if mine and pid.isdigit() and not _alive(int(pid)):
             shutil.rmtree(old, ignore_errors=True)
 
 
