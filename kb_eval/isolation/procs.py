@@ -106,18 +106,23 @@ def killpg(pgid: int) -> None:
         pass
 
 
+def stat_fields(pid: int | str) -> list[str] | None:
+    """A process's /proc/<pid>/stat after its name: [0] state, [1] ppid, [2] pgid,
+    [3] session, [19] start time (clock ticks since boot), [21] rss pages; None when it
+    is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
 def proc_children() -> list[int]:
     """Pids whose parent is this process, from /proc (orphans re-parented to us included,
     which no Popen of ours knows about)."""
     me, found = str(os.getpid()), []
     for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            if stat.rsplit(")", 1)[1].split()[1] == me:
-                found.append(int(entry))
+        if entry.isdigit() and (fields := stat_fields(entry)) is not None and fields[1] == me:
+            found.append(int(entry))
     return found
 
 
@@ -155,11 +160,9 @@ def _reap_once() -> bool:
 
 
 def _start_ticks(pid: int) -> str | None:
-    """A process's start time (clock ticks since boot), from /proc; None when it is gone."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
+    """A process's start time (clock ticks since boot); None when it is gone."""
+    fields = stat_fields(pid)
+    return fields[19] if fields else None
 
 
 def owner_tag() -> str:
@@ -290,11 +293,11 @@ def rss_by_group() -> dict[int, int]:
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
+        stat = stat_fields(entry)
         try:
-            stat = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
             group = int(stat[2])
             totals[group] = totals.get(group, 0) + int(stat[21]) * page_kb
-        except (OSError, ValueError, IndexError):
+        except (TypeError, ValueError, IndexError):  # gone (None) or unreadable
             continue
     return totals
 

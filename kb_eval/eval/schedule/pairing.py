@@ -27,6 +27,7 @@ from pathlib import Path
 
 from kb_eval import clocks
 from kb_eval.eval.schedule import pinning
+from kb_eval.isolation.procs import stat_fields
 from kb_eval.timing import kept, paired_rounds
 
 POLL_S = 0.0005  # the child's ready: each round waits for it (21 a sample)
@@ -125,8 +126,8 @@ class Pairing(threading.Thread):
         try:
             pid = int((self.folder / "pid").read_text())
             pgid = os.getpgid(pid)
-            ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
+            ppid = int(stat_fields(pid)[1])
+        except (OSError, ValueError, IndexError, TypeError):
             return None
         ok = ppid == os.getpid() and pgid == pid and pgid not in self.forbidden
         return pgid if ok and pgid != os.getpgid(0) else None

@@ -22,13 +22,6 @@ from pathlib import Path
 import kb_eval.isolation as isolation
 
 
-def _stat_fields(pid: int) -> list[str] | None:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-
-
 def _reap(pid: int) -> None:
     try:
         os.waitpid(pid, 0)
@@ -45,7 +38,7 @@ def _escapees(my_session: int, min_age_s: float) -> list[int]:
     unknown ones are reaped on the way."""
     known, now, hz, found = isolation._LIVE.pids(), _uptime_s(), os.sysconf("SC_CLK_TCK"), []
     for pid in isolation._proc_children():
-        fields = _stat_fields(pid)
+        fields = isolation.procs.stat_fields(pid)
         if pid in known or fields is None:
             continue
         if fields[0] == "Z":  # already dead (e.g. killed with its group): just reap
