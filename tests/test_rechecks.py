@@ -36,7 +36,7 @@ def call(r: rc.Rechecks, out: torch.Tensor, label: str | None = None, seed: int 
 def test_an_honest_call_is_clean_and_its_output_saved(monkeypatch, defer_bytes):
     r, saved, seen = make(monkeypatch, defer_bytes)
     call(r, draw(7)[0] * 2, "timing_1")
-    assert bool(r.later) == (defer_bytes > 0)
+    assert bool(r.later) == (defer_bytes > 0) and bool(r.settling) == (defer_bytes == 0)
     r.finish()
     assert seen["timing_1"] == {"aliased": [], "devices": ["cpu"], "mutated": [],
                                 "unsettled": False}
@@ -89,14 +89,64 @@ def test_an_output_aliasing_its_input_is_rechecked_at_once(monkeypatch):
     assert torch.equal(saved["timing_1"][0], torch.full((64,), 2.0))
 
 
-def test_outputs_beyond_the_budget_are_rechecked_at_once(monkeypatch):
+def test_outputs_beyond_the_budget_are_saved_at_once_and_settle_beside_the_timing(
+        monkeypatch):
+    """Beyond the budget a re-check is saved and its inputs checked at once; its output
+    is kept and looked at again after a later call, once its wait is over."""
     r, saved, seen = make(monkeypatch, 4 * 64 * 4)  # one output, its copy and its input
+    monkeypatch.setattr(rc, "SETTLE_S", 0.0)  # every wait over by the next return
     call(r, draw(1)[0] * 2, "timing_1", seed=1)
     call(r, draw(1)[0] * 3, "timing_2", seed=1)
-    assert [x.label for x in r.later] == ["timing_1"] and "timing_2" in seen
+    assert [x.label for x in r.later] == ["timing_1"]
+    assert r.settling.label == "timing_2" and "timing_2" in saved and "timing_2" not in seen
+    call(r, torch.ones(64))  # a later call returns: the wait is over
+    assert r.settling is None
+    assert seen["timing_2"] == {"aliased": [], "devices": ["cpu"], "mutated": [],
+                                "unsettled": False}
     r.finish()
     assert not r.later and r.kept == 0
     assert set(saved) == {"timing_1", "timing_2"}
+    assert torch.equal(saved["timing_2"][0], torch.full((64,), 3.0))
+
+
+@pytest.mark.parametrize("snapshot_max", [1 << 20, 0], ids=["copied", "fingerprinted"])
+def test_a_late_write_to_a_settling_output_is_seen_and_not_saved(monkeypatch, snapshot_max):
+    r, saved, seen = make(monkeypatch, 0)
+    monkeypatch.setattr(rc, "SNAPSHOT_MAX_BYTES", snapshot_max)
+    out = call(r, torch.zeros(64), "timing_1")
+    out.fill_(14.0)  # the candidate's thread writes after the call returned
+    call(r, torch.ones(64))
+    r.finish()
+    assert seen["timing_1"]["unsettled"] is True
+    assert torch.equal(saved["timing_1"][0], torch.zeros(64))
+
+
+def test_a_reused_buffer_is_no_late_write_while_settling(monkeypatch):
+    r, saved, seen = make(monkeypatch, 0)
+    buffer = torch.empty(64)
+    call(r, buffer.fill_(14.0), "timing_1")
+    call(r, buffer.fill_(16.0))  # the next call writes and returns the same storage
+    r.finish()
+    assert seen["timing_1"]["unsettled"] is False
+    assert torch.equal(saved["timing_1"][0], torch.full((64,), 14.0))
+
+
+def test_one_output_settles_at_a_time(monkeypatch):
+    """A second re-check beyond the budget ends the first one's wait (slept out)."""
+    r, saved, seen = make(monkeypatch, 0)
+    call(r, torch.full((64,), 1.0), "timing_1")
+    call(r, torch.full((64,), 2.0), "timing_2")
+    assert r.settling.label == "timing_2" and seen["timing_1"]["unsettled"] is False
+    r.finish()
+    assert seen["timing_2"]["unsettled"] is False
+
+
+def test_outputs_too_large_to_keep_wait_at_once(monkeypatch):
+    r, saved, seen = make(monkeypatch, 0)
+    monkeypatch.setattr(rc, "SETTLING_MAX_BYTES", 64 * 4 - 1)
+    call(r, draw(1)[0] * 2, "timing_1", seed=1)
+    assert r.settling is None and seen["timing_1"]["unsettled"] is False
+    assert "timing_1" in saved
 
 
 def test_outputs_without_storage_are_no_error(monkeypatch):
