@@ -122,6 +122,14 @@ GPU_PACED_UNTIMED_MAX_MS = 2.0
 # launch-bound: timed with `launch_budget_ms`.
 LAUNCH_BOUND_SHARE = 0.6
 
+# The warm-up before the first round, in ms of calls (at least one call), for calls that
+# are not launch-bound: both sides ran the problem's shapes already (correctness, the
+# reference's outputs), each round starts on its spin-up and the first timed call is
+# discarded. Five warm-up calls a side were 26 s of the device held alone in the H100's
+# KernelBench level 1-3 sweep, 15 s of it in calls of 4 ms or more. Launch-bound calls
+# (the host's pace) keep their `warmup`.
+WARMUP_MS = 20.0
+
 
 def budgeted(settings: TimingSettings, call_ms: float | None,
              launch_ms: float | None = None) -> TimingSettings:
@@ -130,7 +138,7 @@ def budgeted(settings: TimingSettings, call_ms: float | None,
     in `budget_ms` (never below one call per paired round, or per block of the unpaired
     statistics), and no untimed call at the head of each round for calls of
     UNTIMED_CALL_MAX_MS or more (GPU_PACED_UNTIMED_MAX_MS for a GPU call that is not
-    launch-bound). Round medians and their interval are what a speedup
+    launch-bound), and warm-up calls worth WARMUP_MS (not launch-bound). Round medians and their interval are what a speedup
     rests on, not the call count: on the H100's model-style corpus (calls of 0.3-22 ms),
     30 calls in 20 rounds gave each of 43 speedups inside the interval of 100 calls, at
     the same widths. Not so where the host's pace is the time (launch-bound networks of
@@ -145,6 +153,8 @@ def budgeted(settings: TimingSettings, call_ms: float | None,
         budget = max(budget, settings.launch_budget_ms)
     fit = math.ceil(budget / call_ms)
     update: dict = {"trials": max(floor, min(settings.trials, fit))}
+    if not launch_bound:
+        update["warmup"] = min(settings.warmup, max(1, math.ceil(WARMUP_MS / call_ms)))
     gpu_paced = launch_ms is not None and not launch_bound  # no launch figure: a CPU
     if call_ms >= (GPU_PACED_UNTIMED_MAX_MS if gpu_paced else UNTIMED_CALL_MAX_MS):
         # A round of one such call spent as long in its untimed call as in the timed

@@ -108,6 +108,11 @@ def test_budgeted_calls_by_hand():
     assert budgeted(s, 4.3, 4.0).round_untimed and budgeted(s, 4.3, None).round_untimed
     assert not budgeted(s, 12.0, 11.0).round_untimed
     assert budgeted(s, 3.0).model_copy(update={"trials": 100}) == s  # nothing else moves
+    # warm-ups worth 20 ms of calls, at least one; launch-bound calls keep all of theirs
+    assert [budgeted(s, ms, 0.1).warmup for ms in (0.01, 4.0, 4.1, 10.0, 200.0)] == \
+        [5, 5, 5, 2, 1]
+    assert budgeted(s, 200.0, 199.0).warmup == 5
+    assert budgeted(s.model_copy(update={"warmup": 0}), 200.0).warmup == 0
 
 
 def test_launch_bound_calls_get_their_own_budget():

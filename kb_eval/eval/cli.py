@@ -60,8 +60,9 @@ def build_parser(defaults) -> argparse.ArgumentParser:
                    help="continue the run's results.json, skipping samples already recorded")
     add_count_flag(p, "--trials", "timed calls per candidate", defaults.trials,
                    defaults.cpu_trials)
-    add_count_flag(p, "--warmup", "untimed calls before timing", defaults.warmup,
-                   defaults.cpu_warmup)
+    add_count_flag(p, "--warmup", "untimed calls before timing (at most: with a timing "
+                   "budget, calls that are not launch-bound warm up on about 20 ms of "
+                   "calls, at least one)", defaults.warmup, defaults.cpu_warmup)
     add_timing_budget_flag(p, TIMING_BUDGET_MS_DEFAULT)
     p.add_argument("--correct-trials", type=int, default=defaults.correct_trials,
                    help="correctness trials, each with fresh inputs "
