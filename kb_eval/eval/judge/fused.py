@@ -75,8 +75,8 @@ def kb_stats(o: torch.Tensor, r: torch.Tensor, atol: float, rtol: float,
 
 
 def scales(r: torch.Tensor, t: torch.Tensor, chunk: int) -> tuple[float, float, int]:
-    """Sums of E^2 and truth^2 over positions finite in both, and their count
-    (truth._scales_torch)."""
+    """Sums of E^2 and truth^2 over positions finite in both, and the count of those that
+    carry a value (truth._scales_torch)."""
     e2, t2, n = _run(_scales_kernel, r.device, [r, t], None, n_max=0, n_sum=3, chunk=chunk)
     return e2, t2, int(n)
 
@@ -242,7 +242,7 @@ if triton is not None:
             tf = tl.where(fin, t, 0.0)
             e2 += e * e
             t2 += tf * tf
-            count += fin.to(tl.int32)
+            count += (fin & ((r != 0.0) | (t != 0.0))).to(tl.int32)
         out = part_ptr + pid
         _put(out, stride, 0, tl.sum(e2, axis=0))
         _put(out, stride, 1, tl.sum(t2, axis=0))
