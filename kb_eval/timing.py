@@ -191,6 +191,40 @@ def own_pace(settings: TimingSettings, own_ms: float | None,
                                        "warmup": min(settings.warmup, 1)})
 
 
+# A candidate this many times slower than the reference (own_pace's figures), whose timed
+# calls would take more than SLOW_CUT_MS, is timed in fewer paired rounds of one call each
+# (slow_cut). In the H100's model-style corpus, seven candidates 16-85x slower than their
+# references held the device alone for 32 of the 122 s of its timing steps (level1/27:
+# 21 calls of 370 ms). Their speedups are far from any fast_p threshold; the rounds that
+# remain still give an interval.
+SLOW_CUT_RATIO = 10.0
+SLOW_CUT_MS = 1000.0
+SLOW_CUT_MIN_ROUNDS = 5
+
+
+def slow_cut(settings: TimingSettings, own_ms: float | None,
+             reference_ms: float | None) -> TimingSettings | None:
+    """The settings of a very slow candidate's paired timing: as many rounds of one timed
+    call as take about SLOW_CUT_MS at its pace, at least SLOW_CUT_MIN_ROUNDS (both sides
+    time those rounds: the reference server learns of the cut from the pairing, and the
+    verdict warns when the candidate's timed calls turn out not to be that slow). None
+    when the candidate is not that slow or the cut would save nothing."""
+    rounds = len(paired_rounds(settings))
+    if not rounds or own_ms is None or not reference_ms or reference_ms <= 0:
+        return None
+    if own_ms < SLOW_CUT_RATIO * reference_ms or own_ms * settings.n_calls <= SLOW_CUT_MS:
+        return None
+    k = min(rounds, max(SLOW_CUT_MIN_ROUNDS, math.ceil(SLOW_CUT_MS / own_ms)))
+    if k >= settings.trials or k < SLOW_CUT_MIN_ROUNDS:  # nothing saved; too few rounds
+        return None
+    return cut_rounds(settings, k)
+
+
+def cut_rounds(settings: TimingSettings, k: int) -> TimingSettings:
+    """`settings` with `k` paired rounds of one timed call each."""
+    return settings.model_copy(update={"paired_rounds": k, "trials": k})
+
+
 def method_for(device_type: str, flush_l2: bool = True,
                cover_ms: float = TimingSettings.model_fields["launch_cover_ms"].default) -> str:
     """What `method` says for timings taken on this kind of device: a CPU clock is not CUDA

@@ -224,3 +224,85 @@ def test_a_slow_candidate_starts_its_rounds_on_its_own_calls(tmp_path, build_cac
     assert rec["slow"]["phases"].get("child_timing_untimed", 0) == 0, rec["slow"]["phases"]
     assert rec["copy"]["phases"]["child_timing_untimed"] > 0, rec["copy"]["phases"]
     assert rec["slow"]["speedup_ci"][1] < 0.34, rec["slow"]["speedup_ci"]
+
+
+def test_slow_cut_by_hand():
+    """timing.slow_cut: ten times the reference's pace and more than a second of timed
+    calls; as many one-call rounds as take about a second, at least five, never as many
+    calls as before."""
+    from kb_eval.timing import slow_cut
+
+    s = TimingSettings(trials=23, paired_rounds=20)
+    cut = slow_cut(s, own_ms=370.0, reference_ms=4.4)
+    assert (cut.paired_rounds, cut.trials, cut.n_calls) == (5, 5, 6)
+    assert [len(r) for r in paired_rounds(cut)] == [2, 1, 1, 1, 1]  # the discarded first
+    assert slow_cut(s, 60.0, 4.4).paired_rounds == 17
+    for own, ref in ((43.0, 4.4), (30.0, 1.0), (370.0, None), (None, 4.4)):
+        assert slow_cut(s, own, ref) is None, (own, ref)  # not that slow, or no figure
+    assert slow_cut(TimingSettings(trials=5, paired_rounds=5), 370.0, 4.4) is None
+    assert slow_cut(TimingSettings(paired_rounds=0), 370.0, 4.4) is None
+
+
+def test_pairing_takes_a_cut_only_within_its_rounds(tmp_path):
+    """The pairing adopts the rounds a child announced before its first handshake when
+    they are fewer (or as many) and at least five; anything else is an error (unpaired)."""
+    from kb_eval.eval.child.paired import ROUNDS_FILE
+    from kb_eval.eval.schedule.pairing import Pairing
+
+    settings = TimingSettings(trials=23, paired_rounds=20)
+    for text, rounds, cut in (("5", 5, True), ("20", 20, True), ("4", 20, False),
+                              ("21", 20, False), ("many", 20, False), (None, 20, False)):
+        folder = tmp_path / str(text)
+        p = Pairing(lambda r, s: {}, folder, settings, set())
+        if text is not None:
+            (folder / ROUNDS_FILE).write_text(text)
+        p._take_cut()
+        assert (p.rounds, p.cut) == (rounds, cut), text
+        assert (p.error is None) == (cut or text is None), (text, p.error)
+        if cut:
+            assert p.settings.trials == rounds and len(paired_rounds(p.settings)) == rounds
+
+
+VERY_SLOW = '''
+import time
+import torch
+import torch.nn as nn
+
+CALLS = [0]
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        CALLS[0] += 1
+        if CALLS[0] <= {slow_calls}:
+            time.sleep(0.25)  # 250 ms a call: hundreds of times the reference's
+        return torch.softmax(x, dim=1)
+'''
+
+
+def test_a_very_slow_candidate_is_timed_in_fewer_rounds(tmp_path, build_cache_dir):
+    """A candidate hundreds of times slower than its reference is timed in five paired
+    rounds of one call (timing.slow_cut), both sides alike: correct, paired, its
+    re-checks complete, flagged `fewer_rounds` (info). One slow only in its correctness
+    calls gets the same cut and a warning that it was not that slow."""
+    slow, liar = tmp_path / "very_slow.py", tmp_path / "slow_then_fast.py"
+    slow.write_text(VERY_SLOW.replace("{slow_calls}", "10**9"))
+    liar.write_text(VERY_SLOW.replace("{slow_calls}", "3"))  # its 3 correctness calls
+    proc, rec, _ = run_eval([("slow", "level1/2", slow), ("liar", "level1/2", liar)],
+                            backend="cpp", results_dir=tmp_path / "res",
+                            cache_dir=build_cache_dir, problems=HERE / "problems",
+                            env={"OMP_NUM_THREADS": "1"},
+                            args=("--trials", "30", "--warmup", "2", "--correct-trials", "3",
+                                  "--jobs", "1"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for name in ("slow", "liar"):
+        r = rec[name]
+        codes = {f["code"]: f["severity"] for f in r["flags"]}
+        assert r["correct"] and r["speedup_ci_method"] == "paired_rounds", (name, r)
+        assert len(r["timing"]["rounds"]) == len(r["baseline"]["rounds"]) == 5, (name, r)
+        assert r["timing"]["n"] == r["baseline"]["n"] == 5
+        assert codes.get("fewer_rounds") == "info", (name, codes)
+        assert "unpaired" not in codes and "timed_recheck_missing" not in codes, codes
+    assert rec["slow"]["speedup_ci"][1] < 0.1, rec["slow"]["speedup_ci"]
+    assert "fewer_rounds_unfounded" not in {f["code"] for f in rec["slow"]["flags"]}
+    assert "fewer_rounds_unfounded" in {f["code"] for f in rec["liar"]["flags"]}, rec["liar"]

@@ -11,6 +11,7 @@ import pytest
 
 from kb_eval.eval.schedule import pinning
 from kb_eval.eval.schedule.pairing import Pairing
+from kb_eval.timing import TimingSettings
 
 CORES = sorted(os.sched_getaffinity(0))
 pytestmark = pytest.mark.skipif(len(CORES) < 2, reason="needs two CPU cores")
@@ -36,6 +37,11 @@ def test_timing_cores_are_one_per_gpu_and_never_all_of_them():
     assert len(cores) == len(CORES) - 1 and cores <= set(CORES)
 
 
+def rounds_of(n: int) -> TimingSettings:
+    """Settings of `n` paired rounds of one timed call each."""
+    return TimingSettings(trials=n, paired_rounds=n)
+
+
 def test_both_sides_are_pinned_at_every_round_and_the_server_is_restored(tmp_path):
     core, rounds = CORES[-1], 4
     server = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
@@ -43,12 +49,13 @@ def test_both_sides_are_pinned_at_every_round_and_the_server_is_restored(tmp_pat
                               ",".join(map(str, CORES))], start_new_session=True)
     seen = []
 
-    def time_round(r):
+    def time_round(r, settings):
         seen.append((r, os.sched_getaffinity(child.pid), os.sched_getaffinity(server.pid)))
         return {"ms": [1.0], "busy_ms": 0.0}
 
     try:
-        pairing = Pairing(time_round, tmp_path, rounds, set(), core, lambda: server.pid)
+        pairing = Pairing(time_round, tmp_path, rounds_of(rounds), set(), core,
+                          lambda: server.pid)
         pairing.start()
         assert child.wait(timeout=60) == 0
         assert pairing.finish() is not None, pairing.error
@@ -70,8 +77,8 @@ def test_without_a_core_nothing_is_pinned(tmp_path):
                               ",".join(map(str, CORES))], start_new_session=True)
     seen = []
     try:
-        pairing = Pairing(lambda r: seen.append(os.sched_getaffinity(server.pid))
-                          or {"ms": [1.0], "busy_ms": 0.0}, tmp_path, 2, set(), None,
+        pairing = Pairing(lambda r, s: seen.append(os.sched_getaffinity(server.pid))
+                          or {"ms": [1.0], "busy_ms": 0.0}, tmp_path, rounds_of(2), set(), None,
                           lambda: server.pid)
         pairing.start()
         assert child.wait(timeout=60) == 0

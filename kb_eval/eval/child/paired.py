@@ -15,6 +15,11 @@ from kb_eval.timing import (SPENT, TimingSettings, TimingStats, kept, round_time
                             take_launch_ms, time_calls)
 
 
+# In the pairing folder, written before the first handshake by a candidate timed in fewer
+# rounds (timing.slow_cut): their number.
+ROUNDS_FILE = "rounds"
+
+
 def time_paired(fn, settings: TimingSettings, device: torch.device, args, on_output,
                  folder: Path, rounds: list[range], untimed_ended,
                  check_idle=lambda: None) -> TimingStats:

@@ -41,7 +41,7 @@ from kb_eval.devlock import DeviceLock
 from kb_eval.eval.wire import device as device_wire, outputs
 from kb_eval.eval.child.calls import TimedCalls, Watch, round_ends
 from kb_eval.eval.child.observe import OutputTypeError, observe, output_tensors
-from kb_eval.eval.child.paired import time_paired
+from kb_eval.eval.child.paired import ROUNDS_FILE, time_paired
 from kb_eval.eval.child.rechecks import Rechecks
 from kb_eval.eval.wire.labels import PROBE_LABEL, label_name
 from kb_eval.eval.child.probes import (changed_since, fingerprints, fresh_seed,
@@ -52,7 +52,8 @@ from kb_eval.harness import INIT_SEED, inputs_for, load_problem, reference_model
 from kb_eval.inputs import build_model, copy_tree, make_inputs, precision_dtype
 from kb_eval.problems import load_module
 from kb_eval.profile.launches import count_or_error
-from kb_eval.timing import SPENT, TimingSettings, own_pace, paired_rounds, time_callable
+from kb_eval.timing import (SPENT, TimingSettings, own_pace, paired_rounds, slow_cut,
+                            time_callable)
 
 CUDA_ERROR_MARKERS = ("CUDA error", "CUDA_ERROR", "illegal memory access", "cudaError",
                       "device-side assert", "unspecified launch failure")
@@ -328,8 +329,12 @@ def _time_candidate(model, module, payload: dict, device: torch.device, watch: W
     """Time on inputs drawn, at each call, from a seed the OS gives us then: nothing the
     candidate can learn beforehand predicts them. Same inputs generator, device and timer
     as the reference's timing, so the times compare."""
-    settings = own_pace(TimingSettings.model_validate(payload["timing"]), own_ms,
-                        payload.get("reference_call_ms"))
+    reference_ms = payload.get("reference_call_ms")
+    settings = own_pace(TimingSettings.model_validate(payload["timing"]), own_ms, reference_ms)
+    if payload.get("paired") and (cut := slow_cut(settings, own_ms, reference_ms)):
+        # announced before the first handshake: the pairing times the reference's side so
+        settings = cut
+        (Path(payload["paired"]["dir"]) / ROUNDS_FILE).write_text(str(cut.paired_rounds))
     dtype = precision_dtype(payload["precision"])
     rounds = paired_rounds(settings) if payload.get("paired") else []
     n_calls = settings.n_calls

@@ -21,7 +21,11 @@ from kb_eval.eval.schedule.context import EvalContext
 from kb_eval.eval.wire.labels import PROBE_LABEL, TIMED_LABEL
 from kb_eval.problems import Problem
 from kb_eval.results import CrashInfo, Flag, SampleRecord
-from kb_eval.timing import TimingSettings, TimingStats
+from kb_eval.timing import SLOW_CUT_RATIO, TimingSettings, TimingStats
+
+# A candidate timed in fewer rounds whose speedup comes out above this was not the slow
+# candidate its correctness calls said (a third of the margin that cut its rounds).
+SLOW_CUT_UNFOUNDED = 3.0 / SLOW_CUT_RATIO
 
 
 def child_failure(record: SampleRecord, result: dict) -> SampleRecord:
@@ -126,10 +130,26 @@ def judge_sample(ctx: EvalContext, problem: Problem, source: str, n_correct: int
         if interval is not None:
             record.speedup_ci, record.speedup_ci_method = interval
         _use_pairing(record, paired, cfg.live_baseline)
+    record.flags.extend(cut_flags((paired or {}).get("timing"), record.speedup))
     record.flags = dedupe(record.flags)
     record.speedup_counted = record.speedup is not None and not any(
         f.code in VOIDS_SPEEDUP for f in record.flags)
     return record
+
+
+def cut_flags(cut: TimingSettings | None, speedup: float | None) -> list[Flag]:
+    """A candidate timed in fewer rounds (timing.slow_cut) says so (info); and warns when
+    its timed calls were not that slow after all (its child judged its pace by its
+    correctness calls, which candidate code could have slowed on purpose)."""
+    if cut is None:
+        return []
+    flags = [Flag(code="fewer_rounds", severity="info",
+                  message=f"timed in {cut.paired_rounds} paired rounds of one call: its "
+                          f"correctness calls took {SLOW_CUT_RATIO:g}x the reference's or more")]
+    if speedup is not None and speedup > SLOW_CUT_UNFOUNDED:
+        flags.append(Flag(code="fewer_rounds_unfounded", message=f"timed in fewer rounds as "
+                          f"a very slow candidate, yet its speedup is {speedup:.2f}"))
+    return flags
 
 
 def _use_pairing(record: SampleRecord, paired: dict | None, live: bool) -> None:

@@ -28,7 +28,9 @@ from pathlib import Path
 from kb_eval import clocks
 from kb_eval.eval.schedule import pinning
 from kb_eval.isolation.procs import stat_fields
-from kb_eval.timing import kept, paired_rounds
+from kb_eval.eval.child.paired import ROUNDS_FILE
+from kb_eval.timing import (SLOW_CUT_MIN_ROUNDS, TimingSettings, cut_rounds, kept,
+                            paired_rounds)
 
 POLL_S = 0.0005  # the child's ready: each round waits for it (21 a sample)
 
@@ -45,11 +47,14 @@ class Pairing(threading.Thread):
     the reference's times of round r. `error` says why pairing failed (the sample then
     keeps its unpaired interval)."""
 
-    def __init__(self, time_round, folder: Path, rounds: int, forbidden: set[int],
-                 core: int | None = None, server_pid=lambda: None):
+    def __init__(self, time_round, folder: Path, settings: TimingSettings,
+                 forbidden: set[int], core: int | None = None, server_pid=lambda: None):
         super().__init__(daemon=True, name="kb_eval-pairing")
-        self.time_round = time_round  # (round) -> {"ms", "busy_ms"}, from the reference server
-        self.folder, self.rounds, self.forbidden = folder, rounds, forbidden
+        # (round, settings) -> {"ms", "busy_ms", ...}, from the reference server
+        self.time_round = time_round
+        self.settings, self.rounds = settings, len(paired_rounds(settings))
+        self.cut = False  # the candidate is timed in fewer rounds (timing.slow_cut)
+        self.folder, self.forbidden = folder, forbidden
         self.core, self.server_pid = core, server_pid  # pinning.py; None: not pinned
         self.server_masks: dict[int, set[int]] = {}  # each server pid's mask before
         self.ref_ms: dict[int, list[float]] = {}
@@ -67,6 +72,8 @@ class Pairing(threading.Thread):
         r = 0
         while r <= self.rounds and not self.done.is_set():
             if (self.folder / f"ready_{r}").exists():
+                if r == 0:
+                    self._take_cut()
                 self._answer(r)
                 r += 1
             else:
@@ -82,6 +89,22 @@ class Pairing(threading.Thread):
             self.error = f"{len(self.ref_ms)} of {self.rounds} reference rounds timed"
         return None if self.error else dict(self.ref_ms)
 
+    def _take_cut(self) -> None:
+        """The fewer rounds a very slow candidate's child announced before its first
+        handshake: taken when fewer than planned and at least SLOW_CUT_MIN_ROUNDS (the
+        child wrote the file, so candidate code could have; a cut only makes its interval
+        wider, and the verdict warns when its calls were not that slow)."""
+        try:
+            k = int((self.folder / ROUNDS_FILE).read_text())
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError):
+            k = -1
+        if not SLOW_CUT_MIN_ROUNDS <= k <= self.rounds:
+            self.error = f"the candidate's child asked for {k} paired rounds"
+            return
+        self.settings, self.rounds, self.cut = cut_rounds(self.settings, k), k, True
+
     def _answer(self, r: int) -> None:
         due = reference_rounds_before(r, self.rounds)
         pgid = self._child_group() if self.error is None else None
@@ -94,7 +117,7 @@ class Pairing(threading.Thread):
             stopped = clocks.monotonic()
             try:
                 for q in due:
-                    timed = self.time_round(q)
+                    timed = self.time_round(q, self.settings)
                     self.ref_ms[q] = timed["ms"]
                     self.ref_calls_s += sum(timed["ms"]) / 1e3
                     self.busy_ms = max(self.busy_ms, timed["busy_ms"])
@@ -144,9 +167,9 @@ def start_pairing(ctx, refs, problem, device: str, run_dir: Path, payload: dict,
     shutil.rmtree(folder, ignore_errors=True)  # a retry's child starts afresh
     payload["paired"] = {"dir": str(folder)}
     pairing = Pairing(
-        lambda r: refs.time_round(problem, device, r, len(kept(settings, r, list(rounds[r]))),
-                                  settings),
-        folder, len(rounds), refs.server_pids(), pinning.core_for(device),
+        lambda r, s: refs.time_round(problem, device, r,
+                                     len(kept(s, r, list(paired_rounds(s)[r]))), s),
+        folder, settings, refs.server_pids(), pinning.core_for(device),
         lambda: refs.server_pid(device))
     pairing.start()
     return pairing
@@ -158,14 +181,18 @@ def finish_pairing(pairing: Pairing | None) -> dict | None:
     the longest the GPU stayed busy with other work while the candidate was stopped,
     "launch_ms": the reference's median launch time (None on a CPU), and the seconds of
     the reference's rounds: "ref_wall_s" from stop to resume, "ref_calls_s" in its timed
-    calls, "ref_spent" the server's account of its rounds by part (timing.SPENT)."""
+    calls, "ref_spent" the server's account of its rounds by part (timing.SPENT). And
+    "timing", the settings both sides used, when the candidate was timed in fewer rounds
+    (timing.slow_cut)."""
     if pairing is None:
         return None
     ref = pairing.finish()
+    # the settings both sides timed with, when the candidate was timed in fewer rounds
+    cut = {"timing": pairing.settings} if pairing.cut else {}
     if ref is None:
-        return {"error": pairing.error}
+        return {"error": pairing.error, **cut}
     launches = pairing.launch_ms
-    return {"rounds": [ref[r] for r in range(pairing.rounds)],
+    return {"rounds": [ref[r] for r in range(pairing.rounds)], **cut,
             "busy_ms": pairing.busy_ms,
             "launch_ms": statistics.median(launches) if launches else None,
             "ref_wall_s": pairing.ref_wall_s, "ref_calls_s": pairing.ref_calls_s,

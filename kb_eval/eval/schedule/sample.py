@@ -169,8 +169,8 @@ def _evaluate(ctx: EvalContext, refs: ReferenceStore, task: SampleTask, device: 
     task.laps.seconds.update(_child_steps(result.get("steps")))
     if result.get("status") != "ok":
         return finish(child_failure(record, result), task)
-    labels = labels_to_check(cfg, result.get("saved"), _trials(cfg, task),
-                             _timing(cfg, task).n_calls)
+    timing = (paired or {}).get("timing") or _timing(cfg, task)  # a slow one's cut rounds
+    labels = labels_to_check(cfg, result.get("saved"), _trials(cfg, task), timing.n_calls)
     probe = [PROBE_LABEL] if result.get("probe") == PROBE_LABEL else []
     ref = refs.compare(task.problem, labels + probe, run_dir, device, exchange,
                        paired=bool((paired or {}).get("rounds")))
@@ -189,7 +189,7 @@ def _evaluate(ctx: EvalContext, refs: ReferenceStore, task: SampleTask, device: 
     labels = [lb for lb in labels if lb in ref.diffs]
     inject_fault("judge_exception")
     judge_sample(ctx, task.problem, task.source, _trials(cfg, task), record, result, labels,
-                 ref, paired, _timing(cfg, task))
+                 ref, paired, timing)
     _note_diagnostics(record, result, ref.state.metrics or {})
     task.laps.lap("judge")
     return finish(record, task)
