@@ -130,9 +130,14 @@ CHILD = textwrap.dedent("""
     spec = json.loads(sys.argv[1])
     slots = Slots(spec, torch.device("cuda:0"))
     x = torch.arange(1 << 20, dtype=torch.float32, device="cuda")
-    print(slots.put(Path(sys.argv[2]) / "a.out", [x]),
-          slots.put(Path(sys.argv[2]) / "b.out", [x, x[:10] * 2]),
-          slots.put(Path(sys.argv[2]) / "c.out", [x]))  # no third buffer: False
+    a = slots.put(Path(sys.argv[2]) / "a.out", [x])
+    b = slots.put(Path(sys.argv[2]) / "b.out", [x, x[:10] * 2])
+    # the bytes the put copied, as the settle check compares them
+    put_bytes = [t.reshape(-1).view(torch.uint8) for t in (x, x[:10] * 2)]
+    copied = len(slots.last_bytes) == 2 and all(
+        torch.equal(c, p) for c, p in zip(slots.last_bytes, put_bytes))
+    print(a, b, slots.put(Path(sys.argv[2]) / "c.out", [x]),  # no third buffer: False
+          copied)
 """)
 
 
@@ -150,7 +155,7 @@ def test_a_child_copies_into_buffers_the_server_exported(tmp_path):
         p = subprocess.run([sys.executable, "-c", CHILD, json.dumps(spec), str(tmp_path)],
                            capture_output=True, text=True, timeout=300)
         assert p.returncode == 0, p.stderr[-3000:]
-        assert p.stdout.split() == ["True", "True", "False"], p.stdout
+        assert p.stdout.split() == ["True", "True", "False", "True"], p.stdout
         x = torch.arange(1 << 20, dtype=torch.float32, device="cuda")
         a = outputs.read(tmp_path / "a.out", 1 << 20, None, views)
         b = outputs.read(tmp_path / "b.out", 1 << 20, None, views)

@@ -121,6 +121,29 @@ def test_a_late_write_to_a_settling_output_is_seen_and_not_saved(monkeypatch, sn
     assert torch.equal(saved["timing_1"][0], torch.zeros(64))
 
 
+def test_a_settling_output_saved_on_the_device_is_compared_with_its_saved_bytes(
+        monkeypatch):
+    """Saved into the server's buffer (a CPU tensor stands in for it), a settling output
+    keeps no copy or fingerprint of its own: the saved bytes are what it is compared
+    with."""
+    monkeypatch.setattr(rc, "_keepsake", None)  # never called on this path
+    seen: dict[str, dict] = {}
+    buffers: dict[str, list] = {}
+
+    def save(label, ts):
+        buffers[label] = [t.reshape(-1).view(torch.uint8).clone() for t in ts]
+        return buffers[label]
+
+    r = rc.Rechecks(torch.device("cpu"), save, draw, seen, lambda ts: True)
+    monkeypatch.setattr(rc, "DEFER_BYTES", 0)
+    call(r, torch.full((64,), 3.0), "timing_1")
+    late = call(r, torch.zeros(64), "timing_2")  # ends timing_1's wait
+    late.fill_(14.0)
+    r.finish()
+    assert seen["timing_1"]["unsettled"] is False and seen["timing_2"]["unsettled"] is True
+    assert buffers["timing_2"][0].view(torch.float32).sum() == 0
+
+
 def test_a_reused_buffer_is_no_late_write_while_settling(monkeypatch):
     r, saved, seen = make(monkeypatch, 0)
     buffer = torch.empty(64)

@@ -317,6 +317,26 @@ def test_settled_large_outputs_by_fingerprint(monkeypatch):
     assert not _settle([late])[0]
 
 
+def test_settled_large_outputs_against_their_saved_copy(monkeypatch):
+    """Outputs over the snapshot size saved into the server's buffer (a CPU tensor stands
+    in for it here) are compared with that copy after the wait, no fingerprint taken: a
+    late write is seen, and the copy is what the call left."""
+    monkeypatch.setattr(probes, "SNAPSHOT_MAX_BYTES", 8)
+    monkeypatch.setattr(probes, "fingerprints", None)  # never called on this path
+    buffers = []
+
+    def save(ts):
+        buffers.append([t.reshape(-1).view(torch.uint8).clone() for t in ts])
+        return buffers[-1]
+
+    assert probes.settled([torch.zeros(64)], torch.device("cpu"), 0.0, save, lambda ts: True)
+    import threading
+    late = torch.zeros(64)
+    threading.Timer(0.002, lambda: late.fill_(1.0)).start()
+    assert not probes.settled([late], torch.device("cpu"), 0.0, save, lambda ts: True)
+    assert buffers[-1][0].view(torch.float32).sum() == 0
+
+
 def test_fingerprint_sees_any_change_and_moves():
     a = torch.randn(1000)
     assert probes.fingerprint(a) == probes.fingerprint(a.clone())

@@ -31,15 +31,16 @@ import torch
 from kb_eval import clocks
 from kb_eval.eval.child.observe import _storage_span, aliased_inputs
 from kb_eval.eval.child.probes import (SETTLE_S, SNAPSHOT_MAX_BYTES, changed_inputs,
-                                       fingerprints, same_outputs, settled, sync,
-                                       tensor_bytes)
+                                       fingerprints, same_bytes, same_outputs, settled,
+                                       sync, tensor_bytes)
 
 DEFER_BYTES = 512 << 20  # device memory a sample's re-checks left for later may hold
 # The largest output kept beside the timing while it settles: one output more than the
 # timing holds, within a child's memory charge (schedule/overlap.py: three footprints).
 SETTLING_MAX_BYTES = 2 << 30
 
-Save = Callable[[str, list], None]  # (label, tensors): into the server's buffers or a file
+# (label, tensors): into the server's buffers (the bytes copied there returned) or a file
+Save = Callable[[str, list], "list | None"]
 Draw = Callable[[int], list]  # the timed inputs of a seed, drawn again
 
 
@@ -59,7 +60,8 @@ class _Later:
 class _Settling:
     label: str
     outputs: list  # as the candidate returned them (saved already)
-    before: list  # their copies, or fingerprints when large, taken before the save
+    before: list  # the bytes saved on the device, else copies or fingerprints (_keepsake)
+    on_device: bool  # `before` is the saved bytes
     taken: float
     returns: int
     facts: dict  # aliasing, devices, mutated inputs
@@ -71,6 +73,7 @@ class Rechecks:
     save: Save
     draw: Draw
     seen: dict  # label -> what its re-check saw (the worker's `seen`)
+    on_device: Callable[[list], bool] = lambda ts: False  # `save` copies them on the device
     later: list[_Later] = field(default_factory=list)
     kept: int = 0  # bytes held by `later`
     returns: int = 0  # calls returned so far
@@ -97,13 +100,18 @@ class Rechecks:
             self._settle()  # one settling output at a time: the last one's wait ends first
             facts["mutated"] = changed_inputs(inputs, self.draw(seed))
             if facts["aliased"] or not _may_settle(tensors):
-                calm = settled(tensors, self.device, 0.0, lambda ts: self.save(label, ts))
+                calm = settled(tensors, self.device, 0.0, lambda ts: self.save(label, ts),
+                               self.on_device)
                 self.seen[label] = {**facts, "unsettled": not calm}
                 return
-            before = _keepsake(tensors)
-            self.save(label, tensors)
-            self.settling = _Settling(label, list(tensors), before, clocks.perf_counter(),
-                                      self.returns, facts)
+            on_device = self.on_device(tensors)
+            before = None if on_device else _keepsake(tensors)
+            saved = self.save(label, tensors)
+            if on_device:  # the saved bytes are the keepsake (a file after all: taken late)
+                on_device = saved is not None
+                before = saved if on_device else _keepsake(tensors)
+            self.settling = _Settling(label, list(tensors), before, on_device,
+                                      clocks.perf_counter(), self.returns, facts)
             return
         self.kept += size
         self.later.append(_Later(
@@ -120,7 +128,8 @@ class Rechecks:
             return
         clocks.sleep(max(0.0, SETTLE_S - (clocks.perf_counter() - r.taken)))
         sync(self.device)
-        changed = not _unchanged(r.outputs, r.before)
+        changed = not (same_bytes(r.outputs, r.before) if r.on_device
+                       else _unchanged(r.outputs, r.before))
         reused = any(self.returned_at.get(_storage_span(t), 0) > r.returns for t in r.outputs)
         self.seen[r.label] = {**r.facts, "unsettled": changed and not reused}
 

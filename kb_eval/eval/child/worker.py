@@ -75,12 +75,18 @@ _STAGING = outputs.Staging()  # one pinned host buffer for every output this chi
 _SLOTS: list[device_wire.Slots] = []  # the server's buffers for this sample, if it gave any
 
 
-def save_outputs(workdir: Path, label: str, tensors: list[torch.Tensor]) -> None:
-    """Into the server's next buffer on the device when there is one they fit, else to
-    a file."""
+def save_outputs(workdir: Path, label: str, tensors: list[torch.Tensor]) -> list | None:
+    """Into the server's next buffer on the device when there is one they fit (the bytes
+    copied there returned, one flat view per output), else to a file (None)."""
     if _SLOTS and _SLOTS[0].put(workdir / f"{label}.out", tensors):
-        return
+        return _SLOTS[0].last_bytes
     outputs.write(workdir / f"{label}.out", tensors, _STAGING)
+    return None
+
+
+def saved_on_device(tensors: list[torch.Tensor]) -> bool:
+    """Whether `save_outputs` would copy these into a server buffer (not a file)."""
+    return bool(_SLOTS) and _SLOTS[0].fits(tensors)
 
 
 def failure(status: str, phase: str, exc: BaseException) -> dict:
@@ -208,7 +214,8 @@ def _timing_step(model, module, payload: dict, workdir: Path, device: torch.devi
     mark(workdir, "wait")
     dtype = precision_dtype(payload["precision"])
     rechecks = Rechecks(device, lambda label, ts: save_outputs(workdir, label, ts),
-                        lambda seed: make_inputs(module.get_inputs, seed, device, dtype), seen)
+                        lambda seed: make_inputs(module.get_inputs, seed, device, dtype), seen,
+                        saved_on_device)
     try:
         lock.acquire("exclusive")
         steps.lap("wait_lock")
@@ -319,7 +326,7 @@ def _correctness_call(model, i: int, inputs: list, prints: list, workdir: Path,
     # most model-written kernels (~0.5 s of each H100 sample). A write that a thread makes
     # late after every call is still seen by the later trials' waits.
     calm = settled(tensors, device, call_s if i else 0.0,
-                   lambda ts: save_outputs(workdir, label, ts))
+                   lambda ts: save_outputs(workdir, label, ts), saved_on_device)
     seen[label]["unsettled"] = not calm
     return call_s
 

@@ -151,6 +151,9 @@ class Slots:
         self.spec, self.device = spec or {}, device
         self.buffers: list[torch.Tensor] | None = None
         self.used = 0
+        # The bytes the last `put` copied, one flat uint8 view per output: what the server
+        # will judge, compared with the outputs later to see a write after the save.
+        self.last_bytes: list[torch.Tensor] = []
 
     def _open(self) -> list[torch.Tensor]:
         if self.buffers is None:
@@ -165,23 +168,28 @@ class Slots:
                                               self.device))
         return self.buffers
 
+    def fits(self, tensors: list[torch.Tensor]) -> bool:
+        """Whether `put` would take these outputs (a buffer left, room, on the GPU)."""
+        if not self.spec or self.used >= len(self.spec.get("handles", ())):
+            return False
+        return all(t.device.type == "cuda" for t in tensors) and \
+            outputs.padded_bytes(tensors) <= int(self.spec["bytes"])
+
     def put(self, path: Path, tensors: list[torch.Tensor]) -> bool:
         """Outputs into the next buffer, the header to `path`; False (nothing written)
         when there is no buffer left or they do not fit (the caller writes a file)."""
-        if not self.spec or self.used >= len(self.spec.get("handles", ())):
-            return False
-        if not all(t.device.type == "cuda" for t in tensors) or \
-                outputs.padded_bytes(tensors) > int(self.spec["bytes"]):
+        if not self.fits(tensors):
             return False
         try:
             slot = self._open()[self.used]
         except CudaError:  # ours, never the candidate's: files for the rest of the run
             self.spec = {}
             return False
-        at = 0
+        at, self.last_bytes = 0, []
         for t in tensors:
             flat = t.detach().contiguous().reshape(-1).view(torch.uint8)
             slot[at:at + flat.numel()].copy_(flat)
+            self.last_bytes.append(slot[at:at + flat.numel()])
             at += outputs.aligned(flat.numel())
         torch.cuda.synchronize(self.device)  # in the buffer before the header says so
         outputs.write_header(path, tensors, self.used)
