@@ -203,20 +203,27 @@ class ModelNew(nn.Module):
 '''
 
 
-def test_a_slow_candidate_starts_its_rounds_on_its_own_calls(tmp_path, build_cache_dir):
-    """A candidate far slower than its reference makes no untimed call at the head of its
-    rounds (its own calls warm the device up), while the reference's rounds and a copy's
-    keep theirs; the rounds still pair and the verdicts stand."""
-    slow = tmp_path / "slow_softmax.py"
-    slow.write_text(SLOW_SOFTMAX)
-    proc, rec, _ = run_eval([("slow", "level1/2", slow),
-                             ("copy", "level1/2", HERE / "candidates" / "softmax_copy.py")],
+def _softmax_run(tmp_path, build_cache_dir, candidates: list) -> dict:
+    """Records of (name, file) candidates for the softmax problem: 30 timed calls, 2
+    warm-up calls, 3 correctness trials, on the CPU."""
+    proc, rec, _ = run_eval([(name, "level1/2", path) for name, path in candidates],
                             backend="cpp", results_dir=tmp_path / "res",
                             cache_dir=build_cache_dir, problems=HERE / "problems",
                             env={"OMP_NUM_THREADS": "1"},
                             args=("--trials", "30", "--warmup", "2", "--correct-trials", "3",
                                   "--jobs", "1"))
     assert proc.returncode == 0, proc.stderr[-3000:]
+    return rec
+
+
+def test_a_slow_candidate_starts_its_rounds_on_its_own_calls(tmp_path, build_cache_dir):
+    """A candidate far slower than its reference makes no untimed call at the head of its
+    rounds (its own calls warm the device up), while the reference's rounds and a copy's
+    keep theirs; the rounds still pair and the verdicts stand."""
+    slow = tmp_path / "slow_softmax.py"
+    slow.write_text(SLOW_SOFTMAX)
+    rec = _softmax_run(tmp_path, build_cache_dir,
+                       [("slow", slow), ("copy", HERE / "candidates" / "softmax_copy.py")])
     for name in ("slow", "copy"):
         r = rec[name]
         assert r["correct"] and r["speedup_ci_method"] == "paired_rounds", (name, r)
@@ -288,13 +295,7 @@ def test_a_very_slow_candidate_is_timed_in_fewer_rounds(tmp_path, build_cache_di
     slow, liar = tmp_path / "very_slow.py", tmp_path / "slow_then_fast.py"
     slow.write_text(VERY_SLOW.replace("{slow_calls}", "10**9"))
     liar.write_text(VERY_SLOW.replace("{slow_calls}", "3"))  # its 3 correctness calls
-    proc, rec, _ = run_eval([("slow", "level1/2", slow), ("liar", "level1/2", liar)],
-                            backend="cpp", results_dir=tmp_path / "res",
-                            cache_dir=build_cache_dir, problems=HERE / "problems",
-                            env={"OMP_NUM_THREADS": "1"},
-                            args=("--trials", "30", "--warmup", "2", "--correct-trials", "3",
-                                  "--jobs", "1"))
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    rec = _softmax_run(tmp_path, build_cache_dir, [("slow", slow), ("liar", liar)])
     for name in ("slow", "liar"):
         r = rec[name]
         codes = {f["code"]: f["severity"] for f in r["flags"]}
