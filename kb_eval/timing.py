@@ -134,16 +134,17 @@ WARMUP_MS = 20.0
 def budgeted(settings: TimingSettings, call_ms: float | None,
              launch_ms: float | None = None) -> TimingSettings:
     """The settings of one sample's paired timing when a reference call takes about
-    `call_ms`, of which its host spent `launch_ms` launching it: `trials` cut to what fits
-    in `budget_ms` (never below one call per paired round, or per block of the unpaired
+    `call_ms`, of which its host spent `launch_ms` launching it: `trials` cut to what fits in
+    `budget_ms` (never below one call per paired round, or per block of the unpaired
     statistics), and no untimed call at the head of each round for calls of
     UNTIMED_CALL_MAX_MS or more (GPU_PACED_UNTIMED_MAX_MS for a GPU call that is not
-    launch-bound), and warm-up calls worth WARMUP_MS (not launch-bound). Round medians and their interval are what a speedup
-    rests on, not the call count: on the H100's model-style corpus (calls of 0.3-22 ms),
-    30 calls in 20 rounds gave each of 43 speedups inside the interval of 100 calls, at
-    the same widths. Not so where the host's pace is the time (launch-bound networks of
-    KernelBench level 3): one call a round, copies of EfficientNetB0 came out at 0.925
-    and 1.046 in two runs of the same code on the H100, so those get `launch_budget_ms`."""
+    launch-bound), and warm-up calls worth WARMUP_MS (not launch-bound). Round medians and
+    their interval are what a speedup rests on, not the call count: on the H100's
+    model-style corpus (calls of 0.3-22 ms), 30 calls in 20 rounds gave each of 43
+    speedups inside the interval of 100 calls, at the same widths. Not so where the host's
+    pace is the time (launch-bound networks of KernelBench level 3): one call a round,
+    copies of EfficientNetB0 came out at 0.925 and 1.046 in two runs of the same code on
+    the H100, so those get `launch_budget_ms`."""
     if not settings.budget_ms or not call_ms or call_ms <= 0:
         return settings
     floor = min(settings.trials, max(settings.paired_rounds, MAX_ROUNDS))

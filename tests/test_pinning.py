@@ -78,8 +78,8 @@ def test_without_a_core_nothing_is_pinned(tmp_path):
     seen = []
     try:
         pairing = Pairing(lambda r, s: seen.append(os.sched_getaffinity(server.pid))
-                          or {"ms": [1.0], "busy_ms": 0.0}, tmp_path, rounds_of(2), set(), None,
-                          lambda: server.pid)
+                          or {"ms": [1.0], "busy_ms": 0.0}, tmp_path, rounds_of(2), set(),
+                          None, lambda: server.pid)
         pairing.start()
         assert child.wait(timeout=60) == 0
         assert pairing.finish() is not None

@@ -73,7 +73,8 @@ def test_a_mostly_zero_output_keeps_its_values_typical_error(long_matmul):
     one wrong value do not."""
     a, b, ref, truth = long_matmul
     other = _chunked(a, b, 64)
-    e_ref, e_other = (ref.double() - truth).abs().flatten(), (other.double() - truth).abs().flatten()
+    e_ref = (ref.double() - truth).abs().flatten()
+    e_other = (other.double() - truth).abs().flatten()
     lucky = int((e_other / e_ref.clamp_min(1e-30)).argmax())
     picks = torch.cat([torch.tensor([lucky]), torch.randperm(e_ref.numel(),
                        generator=torch.Generator().manual_seed(1))[:20]])

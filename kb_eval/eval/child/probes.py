@@ -109,10 +109,10 @@ def settled(tensors: list[torch.Tensor], device: torch.device, call_s: float,
     Small outputs are snapshotted (a clone: what is saved is exactly what the call
     returned). Large ones saved into the server's buffer (`on_device`: where `save` will
     put them) are compared with that copy after the wait; saved to a file, they are
-    fingerprinted before the save and again after the wait. Either way no second copy of a multi-GiB output is made on the
-    device, and a write that lands during the save is still caught. (On the H100 two
-    fingerprints of a 6.4 GB output took ~66 ms, the comparison with the saved copy
-    reads both once: ~4 ms.)"""
+    fingerprinted before the save and again after the wait. Either way no second copy
+    of a multi-GiB output is made on the device, and a write that lands during the save
+    is still caught. (On the H100 two fingerprints of a 6.4 GB output took ~66 ms; the
+    comparison with the saved copy reads each once.)"""
     wait = min(SETTLE_MAX_S, SETTLE_S + 2 * call_s)
     if tensor_bytes(tensors) <= SNAPSHOT_MAX_BYTES:
         snapshot = [t.detach().clone() for t in tensors]

@@ -14,11 +14,12 @@ write.
 
 Outputs beyond `DEFER_BYTES` (with their copies) are saved and their inputs checked at
 once, and only their wait goes on beside the timing: one such output at a time is kept
-(not copied) with its fingerprint, and looked at again after a later call once its wait is
-over (`_Settling`). On the H100 the 10 ms waits of those at once held the device alone for
-52 of the 290 s of timing steps in a KernelBench level 1-3 sweep (0.2 s of a sample with
-0.5 GB outputs). Outputs that alias an input, and those beyond `SETTLING_MAX_BYTES`, are
-re-checked at once, wait included, as before (probes.settled).
+with what tells a change (the bytes saved in the server's buffer, else a copy or a
+fingerprint) and looked at again after a later call once its wait is over (`_Settling`).
+On the H100 the 10 ms waits of those at once held the device alone for 52 of the 290 s of
+timing steps in a KernelBench level 1-3 sweep (0.2 s of a sample with 0.5 GB outputs).
+Outputs that alias an input, and those beyond `SETTLING_MAX_BYTES`, are re-checked at
+once, wait included, as before (probes.settled).
 """
 
 from __future__ import annotations

@@ -214,8 +214,8 @@ def _timing_step(model, module, payload: dict, workdir: Path, device: torch.devi
     mark(workdir, "wait")
     dtype = precision_dtype(payload["precision"])
     rechecks = Rechecks(device, lambda label, ts: save_outputs(workdir, label, ts),
-                        lambda seed: make_inputs(module.get_inputs, seed, device, dtype), seen,
-                        saved_on_device)
+                        lambda seed: make_inputs(module.get_inputs, seed, device, dtype),
+                        seen, saved_on_device)
     try:
         lock.acquire("exclusive")
         steps.lap("wait_lock")
@@ -337,7 +337,8 @@ def _time_candidate(model, module, payload: dict, device: torch.device, watch: W
     candidate can learn beforehand predicts them. Same inputs generator, device and timer
     as the reference's timing, so the times compare."""
     reference_ms = payload.get("reference_call_ms")
-    settings = own_pace(TimingSettings.model_validate(payload["timing"]), own_ms, reference_ms)
+    settings = own_pace(TimingSettings.model_validate(payload["timing"]), own_ms,
+                        reference_ms)
     if payload.get("paired") and (cut := slow_cut(settings, own_ms, reference_ms)):
         # announced before the first handshake: the pairing times the reference's side so
         settings = cut

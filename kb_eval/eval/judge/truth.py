@@ -16,14 +16,15 @@ value (the reference or the truth nonzero: an output that is exact zeros almost 
 would otherwise hold its few values to ~0; on the H100 level2/93's ConvTranspose2d + min +
 GELU output is 99.9999 % zeros, and an honest copy failed at one value where the
 reference's own error happened to be tiny: S over every position is 1/1400 of S over its
-values, on the CPU at batch 8), u = the unit roundoff of the run's precision (2^-24 for fp32: the slack of storing
-the result at all; M makes it a floor where the truth is ~0). NaN and Inf must sit where the reference's are. K and K_NORM come from
+values, on the CPU at batch 8), u = the unit roundoff of the run's precision (2^-24 for
+fp32: the slack of storing the result at all; M makes it a floor where the truth is ~0).
+NaN and Inf must sit where the reference's are. K and K_NORM come from
 benchmarks/f64_bound.py (CPU, docs/GUARANTEES.md "Correctness"): other summation orders
 (chunked, transposed, im2col, by hand) needed k <= 7.2 and a normwise ratio <= 1.6; a
 naive term-by-term fp32 loop over 16384 terms k = 36, ratio 7.6 (growing as sqrt(terms));
-TF32, fp16 or bf16 inputs needed k >= 1860 and ratio >= 550, even at 131072 terms.
-K = 256 and K_NORM = 64 leave a naive loop room up to ~1M terms and still fail every
-downgrade measured by a factor of 7 or more.
+TF32, fp16 or bf16 inputs needed k >= 1860 and ratio >= 550, even at 131072 terms. K = 256
+and K_NORM = 64 leave a naive loop room up to ~1M terms and still fail every downgrade
+measured by a factor of 7 or more.
 
 `ratio` and `norm_ratio` in a label's result are the worst elementwise and the normwise
 error as a share of their bounds (<= 1 passes): how close a candidate came.

@@ -145,7 +145,8 @@ def cut_flags(cut: TimingSettings | None, speedup: float | None) -> list[Flag]:
         return []
     flags = [Flag(code="fewer_rounds", severity="info",
                   message=f"timed in {cut.paired_rounds} paired rounds of one call: its "
-                          f"correctness calls took {SLOW_CUT_RATIO:g}x the reference's or more")]
+                          f"correctness calls took {SLOW_CUT_RATIO:g}x the reference's "
+                          "or more")]
     if speedup is not None and speedup > SLOW_CUT_UNFOUNDED:
         flags.append(Flag(code="fewer_rounds_unfounded", message=f"timed in fewer rounds as "
                           f"a very slow candidate, yet its speedup is {speedup:.2f}"))
