@@ -308,6 +308,9 @@ def summarize(label: str, records: list, config: EvalConfig, devices: int, t0: f
     if speedups:
         print(f"  speedup median {statistics.median(speedups):.2f}x "
               f"(min {min(speedups):.2f}, max {max(speedups):.2f})")
+    flags = Counter(f.code for r in records for f in r.flags)
+    if flags:  # e.g. fewer_rounds: very slow candidates timed in fewer rounds
+        print(f"  flags: {dict(flags.most_common())}")
     print(f"  sample wall (submit to record) median {statistics.median(runs):.1f} s", flush=True)
     lanes = Counter(r.lane for r in records if getattr(r, "lane", None))
     if lanes:  # --executor ray: the Ray lane (node/device) that judged each sample
@@ -334,10 +337,11 @@ def corpus_pairs(folder: Path, source: str) -> list:
 
 
 def write_records(path: Path, passes: dict, args) -> None:
-    """Per pass, each sample's verdict and speedup with its interval (for comparing runs),
-    and where its time went (`phases`, `wall_s`: to compare runs sample by sample)."""
+    """Per pass, each sample's verdict, flags and speedup with its interval (for comparing
+    runs), and where its time went (`phases`, `wall_s`: to compare runs sample by sample)."""
     rows = {name: [{"key": r.key, "sample": r.sample, "status": r.status, "speedup": r.speedup,
-                    "speedup_ci": r.speedup_ci, "wall_s": r.wall_s, "phases": r.phases}
+                    "speedup_ci": r.speedup_ci, "flags": [f.code for f in r.flags],
+                    "wall_s": r.wall_s, "phases": r.phases}
                    for r in records]
             for name, records in passes.items() if records}
     path.write_text(json.dumps({"lane_depth": args.lane_depth, "executor": args.executor,
