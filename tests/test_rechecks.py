@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kb_eval.eval.child import rechecks as rc
+from kb_eval.eval.child import probes, rechecks as rc
 
 
 def draw(seed: int) -> list:
@@ -112,7 +112,7 @@ def test_outputs_beyond_the_budget_are_saved_at_once_and_settle_beside_the_timin
 @pytest.mark.parametrize("snapshot_max", [1 << 20, 0], ids=["copied", "fingerprinted"])
 def test_a_late_write_to_a_settling_output_is_seen_and_not_saved(monkeypatch, snapshot_max):
     r, saved, seen = make(monkeypatch, 0)
-    monkeypatch.setattr(rc, "SNAPSHOT_MAX_BYTES", snapshot_max)
+    monkeypatch.setattr(probes, "SNAPSHOT_MAX_BYTES", snapshot_max)
     out = call(r, torch.zeros(64), "timing_1")
     out.fill_(14.0)  # the candidate's thread writes after the call returned
     call(r, torch.ones(64))
@@ -126,7 +126,8 @@ def test_a_settling_output_saved_on_the_device_is_compared_with_its_saved_bytes(
     """Saved into the server's buffer (a CPU tensor stands in for it), a settling output
     keeps no copy or fingerprint of its own: the saved bytes are what it is compared
     with."""
-    monkeypatch.setattr(rc, "_keepsake", None)  # never called on this path
+    monkeypatch.setattr(probes, "SNAPSHOT_MAX_BYTES", 0)  # no copy: fingerprints, if any
+    monkeypatch.setattr(probes, "fingerprints", None)  # never called on this path
     seen: dict[str, dict] = {}
     buffers: dict[str, list] = {}
 

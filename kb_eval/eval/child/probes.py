@@ -120,22 +120,51 @@ def settled(tensors: list[torch.Tensor], device: torch.device, call_s: float,
         sync(device)
         save(snapshot)
         return all(same_tensor(t.detach(), s) for t, s in zip(tensors, snapshot))
-    before = None if on_device(tensors) else fingerprints(tensors)
-    saved = save(tensors)
-    if before is None and saved is None:  # a file after all: the first look comes late
-        before = fingerprints(tensors)
+    look = first_look(tensors, on_device(tensors))
+    look = look_after_save(tensors, look, save(tensors))
     clocks.sleep(wait)
     sync(device)
-    if before is None:
-        return same_bytes(tensors, saved)
-    return fingerprints(tensors) == before
+    return unchanged(tensors, look)
+
+
+def first_look(tensors: list[torch.Tensor], on_device: bool) -> list | None:
+    """What tells later whether `tensors` changed, taken before their save: None when the
+    save copies them into the server's buffer on the device (its bytes are the look), else
+    their bytes copied up to SNAPSHOT_MAX_BYTES and their fingerprints beyond (no second
+    copy of a multi-GiB output on the device)."""
+    if on_device:
+        return None
+    if tensor_bytes(tensors) <= SNAPSHOT_MAX_BYTES:
+        return [_bytes_of(t).clone() for t in tensors]
+    return fingerprints(tensors)
+
+
+def look_after_save(tensors: list[torch.Tensor], look: list | None,
+                    saved: list[torch.Tensor] | None) -> list:
+    """The look to compare with after the wait: `look`, or the bytes the save copied when
+    they were to be it (a file after all: fingerprints, taken late)."""
+    if look is not None:
+        return look
+    return saved if saved is not None else fingerprints(tensors)
+
+
+def unchanged(tensors: list[torch.Tensor], look: list) -> bool:
+    """Whether the outputs are, bit for bit, what `look` (first_look, look_after_save)
+    saw of them."""
+    if look and not isinstance(look[0], torch.Tensor):  # fingerprints
+        return fingerprints(tensors) == look
+    return same_bytes(tensors, look)
 
 
 def same_bytes(tensors: list[torch.Tensor], saved: list[torch.Tensor]) -> bool:
     """Whether the outputs still hold, bit for bit, the bytes a save copied of them."""
     return len(tensors) == len(saved) and all(
-        bool(torch.equal(t.detach().contiguous().reshape(-1).view(torch.uint8), b))
-        for t, b in zip(tensors, saved))
+        bool(torch.equal(_bytes_of(t), b)) for t, b in zip(tensors, saved))
+
+
+def _bytes_of(t: torch.Tensor) -> torch.Tensor:
+    """A tensor's bytes, flat, as a save lays them out (wire/device.Slots.put)."""
+    return t.detach().contiguous().reshape(-1).view(torch.uint8)
 
 
 # Integer views of each element size, for fingerprints and bitwise comparison.

@@ -31,9 +31,9 @@ import torch
 
 from kb_eval import clocks
 from kb_eval.eval.child.observe import _storage_span, aliased_inputs
-from kb_eval.eval.child.probes import (SETTLE_S, SNAPSHOT_MAX_BYTES, changed_inputs,
-                                       fingerprints, same_bytes, same_outputs, settled,
-                                       sync, tensor_bytes)
+from kb_eval.eval.child.probes import (SETTLE_S, changed_inputs, first_look,
+                                       look_after_save, same_outputs, settled, sync,
+                                       tensor_bytes, unchanged)
 
 DEFER_BYTES = 512 << 20  # device memory a sample's re-checks left for later may hold
 # The largest output kept beside the timing while it settles: one output more than the
@@ -61,8 +61,7 @@ class _Later:
 class _Settling:
     label: str
     outputs: list  # as the candidate returned them (saved already)
-    before: list  # the bytes saved on the device, else copies or fingerprints (_keepsake)
-    on_device: bool  # `before` is the saved bytes
+    look: list  # what tells a change: probes.first_look, look_after_save
     taken: float
     returns: int
     facts: dict  # aliasing, devices, mutated inputs
@@ -105,14 +104,10 @@ class Rechecks:
                                self.on_device)
                 self.seen[label] = {**facts, "unsettled": not calm}
                 return
-            on_device = self.on_device(tensors)
-            before = None if on_device else _keepsake(tensors)
-            saved = self.save(label, tensors)
-            if on_device:  # the saved bytes are the keepsake (a file after all: taken late)
-                on_device = saved is not None
-                before = saved if on_device else _keepsake(tensors)
-            self.settling = _Settling(label, list(tensors), before, on_device,
-                                      clocks.perf_counter(), self.returns, facts)
+            look = first_look(tensors, self.on_device(tensors))
+            look = look_after_save(tensors, look, self.save(label, tensors))
+            self.settling = _Settling(label, list(tensors), look, clocks.perf_counter(),
+                                      self.returns, facts)
             return
         self.kept += size
         self.later.append(_Later(
@@ -129,10 +124,13 @@ class Rechecks:
             return
         clocks.sleep(max(0.0, SETTLE_S - (clocks.perf_counter() - r.taken)))
         sync(self.device)
-        changed = not (same_bytes(r.outputs, r.before) if r.on_device
-                       else _unchanged(r.outputs, r.before))
-        reused = any(self.returned_at.get(_storage_span(t), 0) > r.returns for t in r.outputs)
-        self.seen[r.label] = {**r.facts, "unsettled": changed and not reused}
+        changed = not unchanged(r.outputs, r.look)
+        self.seen[r.label] = {**r.facts, "unsettled": changed and not self._reused(r)}
+
+    def _reused(self, r: "_Later | _Settling") -> bool:
+        """Whether a later call returned one of `r`'s output storages again (a buffer the
+        candidate reuses: its rewrite is no late write)."""
+        return any(self.returned_at.get(_storage_span(t), 0) > r.returns for t in r.outputs)
 
     def finish(self) -> None:
         """What `take` left: after the timing step, with the device held shared again."""
@@ -141,10 +139,9 @@ class Rechecks:
             clocks.sleep(max(0.0, SETTLE_S - (clocks.perf_counter() - r.taken)))
             sync(self.device)
             changed = not same_outputs([t.detach() for t in r.outputs], r.snapshot)
-            reused = any(self.returned_at.get(_storage_span(t), 0) > r.returns for t in r.outputs)
             self.save(r.label, r.snapshot)
             self.seen[r.label] = {**r.facts, "mutated": changed_inputs(r.inputs, self.draw(r.seed)),
-                                  "unsettled": changed and not reused}
+                                  "unsettled": changed and not self._reused(r)}
         self.later.clear()
         self.kept = 0
 
@@ -155,16 +152,3 @@ def _may_settle(tensors: list) -> bool:
     return (all(type(t) is torch.Tensor and t.layout == torch.strided for t in tensors)
             and tensor_bytes(tensors) <= SETTLING_MAX_BYTES)
 
-
-def _keepsake(tensors: list) -> list:
-    """What tells later whether `tensors` changed: their copies up to SNAPSHOT_MAX_BYTES
-    (cheaper than two fingerprints), their fingerprints beyond (probes.settled's rule)."""
-    if tensor_bytes(tensors) <= SNAPSHOT_MAX_BYTES:
-        return [t.detach().clone() for t in tensors]
-    return fingerprints(tensors)
-
-
-def _unchanged(tensors: list, keepsake: list) -> bool:
-    if keepsake and isinstance(keepsake[0], torch.Tensor):
-        return same_outputs([t.detach() for t in tensors], keepsake)
-    return fingerprints(tensors) == keepsake

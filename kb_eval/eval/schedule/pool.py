@@ -22,7 +22,6 @@ calling lane.py) is ray_executor.py, picked by `make_pool`.
 from __future__ import annotations
 
 import itertools
-import os
 import queue
 import shutil
 import threading
@@ -38,7 +37,7 @@ from kb_eval.eval.schedule.overlap import DeviceSlots, lanes_per_device
 from kb_eval.eval.schedule.reaper import sweep_escapees
 from kb_eval.eval.judge.references import ReferenceStore
 from kb_eval.eval.schedule.lane import clean_up, evaluate_guarded, internal_error
-from kb_eval.eval.schedule.sample import (RUN_SCRATCH, SHM, SampleTask, record_build_failure,
+from kb_eval.eval.schedule.sample import (SampleTask, record_build_failure, run_scratch,
                                           start_children)
 from kb_eval.isolation import kill_running
 from kb_eval.problems import Problem
@@ -191,6 +190,6 @@ class EvalPool(RecordStream):
         self.refs.close()
         sweep_escapees(min_age_s=0.0)  # nothing of ours is starting now
         clear_batons(self.builder.root, since=self.started)  # every child has ended
-        shutil.rmtree(SHM / f"{RUN_SCRATCH}{os.getpid()}", ignore_errors=True)
+        shutil.rmtree(run_scratch(), ignore_errors=True)
         if not self.ctx.config.keep_workdirs:
             shutil.rmtree(self.ctx.invocation_dir, ignore_errors=True)

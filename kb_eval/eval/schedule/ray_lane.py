@@ -30,7 +30,7 @@ from kb_eval.eval.schedule.build import BuildOutcome, Builder, front_name, toolc
 from kb_eval.eval.schedule.context import EvalContext
 from kb_eval.eval.schedule.lane import clean_up, evaluate_guarded
 from kb_eval.eval.schedule.reaper import sweep_escapees
-from kb_eval.eval.schedule.sample import RUN_SCRATCH, SHM, SampleTask, start_children
+from kb_eval.eval.schedule.sample import SampleTask, run_scratch, start_children
 from kb_eval.isolation.procs import LIVE, end_orphans_of_dead_runs, killpg
 from kb_eval.results import HardwareInfo, SampleRecord
 from kb_eval.timing import TimingStats
@@ -197,6 +197,6 @@ class Lane:
             self.refs.close()
         self.abort()  # the spare children: nobody is left to give them a task
         sweep_escapees(min_age_s=0.0)
-        shutil.rmtree(SHM / f"{RUN_SCRATCH}{os.getpid()}", ignore_errors=True)
+        shutil.rmtree(run_scratch(), ignore_errors=True)
         if not self.ctx.config.keep_workdirs:  # this node's copy of the run's scratch
             shutil.rmtree(self.ctx.invocation_dir, ignore_errors=True)

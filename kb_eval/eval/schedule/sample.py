@@ -223,6 +223,11 @@ SHM = Path("/dev/shm")
 RUN_SCRATCH = "kb_eval_run_"  # + the pool's pid: its candidates' output files in SHM
 
 
+def run_scratch() -> Path:
+    """This process's folder in SHM for its candidates' output files."""
+    return SHM / f"{RUN_SCRATCH}{os.getpid()}"
+
+
 def run_folder(ctx: EvalContext, task: SampleTask) -> Path:
     """Where the candidate's child writes its output files: in memory (/dev/shm) when
     they fit there with room to spare, else in the sample's folder on disk. A KernelBench
@@ -235,7 +240,7 @@ def run_folder(ctx: EvalContext, task: SampleTask) -> Path:
         roomy = False
     if not roomy or not task.out_bytes:
         return task.workdir / "run"
-    task.scratch = SHM / f"{RUN_SCRATCH}{os.getpid()}" / task.workdir.name
+    task.scratch = run_scratch() / task.workdir.name
     return task.scratch / "run"
 
 
