@@ -134,8 +134,8 @@ WARMUP_MS = 20.0
 def budgeted(settings: TimingSettings, call_ms: float | None,
              launch_ms: float | None = None) -> TimingSettings:
     """The settings of one sample's paired timing when a reference call takes about
-    `call_ms`, of which its host spent `launch_ms` launching it: `trials` cut to what fits in
-    `budget_ms` (never below one call per paired round, or per block of the unpaired
+    `call_ms`, of which its host spent `launch_ms` launching it: `trials` cut to what fits
+    in `budget_ms` (never below one call per paired round, or per block of the unpaired
     statistics), and no untimed call at the head of each round for calls of
     UNTIMED_CALL_MAX_MS or more (GPU_PACED_UNTIMED_MAX_MS for a GPU call that is not
     launch-bound), and warm-up calls worth WARMUP_MS (not launch-bound). Round medians and
