@@ -32,7 +32,10 @@ Last, how many samples waited for room on the device at a time, on average (phas
 `wait_slot`, eval/schedule/overlap.py): on the H100, KernelBench level 1's copies at lane
 depth 3 had 1.4 of their 3 lanes waiting so (session 10). Since each device's lanes also
 hold up to two samples planned ahead (`WAITING_LANES`), so that a small one can pass a
-large one waiting for room, up to two more wait there by design.
+large one waiting for room, up to two more wait there by design. And, from a trace of
+the devices' lock (kb_eval/devlock.py, `<workdir>/locks_<pass>.trace`), the exact shares
+of the time a device was held alone (timing), only shared (untimed device work) or not
+at all: what the samples' CPU-side steps leave the device idle.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kb_eval.cli import sigterm_as_interrupt  # noqa: E402
+from kb_eval.devlock import TRACE_VAR, hold_shares  # noqa: E402
 from kb_eval.errors import UserError  # noqa: E402
 from kb_eval.eval import EvalConfig, evaluate  # noqa: E402
 from kb_eval.eval.config import default_jobs  # noqa: E402
@@ -244,6 +248,14 @@ def busy_share(phases: list[dict], wall: float, devices: int) -> str:
             f"room on the device {total('wait_slot') / wall:.1f} at a time")
 
 
+def hold_summary(held: dict[str, float]) -> str:
+    """The devices' lock holds as shares of the time they were in use (devlock.py)."""
+    span = sum(held.values()) or 1.0
+    return (f"device lock over {span:.1f} s (first hold to last release, summed over "
+            f"devices): held alone {held['exclusive'] / span:.0%}, shared only "
+            f"{held['shared'] / span:.0%}, not held {held['none'] / span:.0%}")
+
+
 def phase_medians(phases: list[dict]) -> str:
     names = sorted({k for ph in phases for k in ph})
     return "phases (median / total s): " + ", ".join(
@@ -259,9 +271,16 @@ class Stopped(Exception):
         self.records = records
 
 
-def one_pass(label: str, pairs, config: EvalConfig, devices: int = 1) -> list:
+def one_pass(label: str, pairs, config: EvalConfig, devices: int = 1,
+             trace: Path | None = None) -> list:
     """Evaluate `pairs`, print the pass's figures, return its records. Stopped midway:
-    the figures of the samples finished so far, then Stopped with them."""
+    the figures of the samples finished so far, then Stopped with them. `trace`: where
+    the devices' lock holds are logged (kb_eval/devlock.py), emptied first. One file for
+    every pass: the children's environment must not change between passes, or the
+    zygote and the spare children started for one pass would not serve the next."""
+    if trace is not None:
+        trace.write_text("")
+        os.environ[TRACE_VAR] = str(trace)
     t0, cpu0 = time.monotonic(), children_cpu_s()
     records, stopped = [], False
     try:
@@ -274,6 +293,9 @@ def one_pass(label: str, pairs, config: EvalConfig, devices: int = 1) -> list:
         stopped = True
         label = f"{label}, STOPPED after {len(records)} of {len(pairs)}"
     summarize(label, records, config, devices, t0, cpu0)
+    if trace is not None and trace.stat().st_size:
+        print("  " + hold_summary(hold_shares(trace)), flush=True)
+        shutil.copyfile(trace, trace.with_name(f"locks_{label.split()[0]}.trace"))
     if stopped:
         raise Stopped(records)
     return records
@@ -477,7 +499,8 @@ def main() -> int:
         if skip:
             continue
         try:
-            passes[name] = one_pass(f"{name} cache", pairs, config, devices)
+            passes[name] = one_pass(f"{name} cache", pairs, config, devices,
+                                    root / "locks.trace")
         except Stopped as e:  # what it finished is kept, under its own name
             passes[f"{name}_stopped"] = e.records
             raise KeyboardInterrupt from None

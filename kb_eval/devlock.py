@@ -17,15 +17,23 @@ themselves, so they exclude each other as separate processes would. The child's 
 are cooperative (its candidate code shares the process): a candidate that drops them can
 only slow its neighbours' timings, never speed up its own, and one that holds them too
 long is stopped by the lane's time budgets.
+
+With KB_EVAL_LOCK_TRACE naming a file, every hold's start and end is logged there (time,
+process, device, mode): `hold_shares` reads it back into how long each device was held
+alone, only shared, or not at all (benchmarks/eval_throughput.py prints it).
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
+
+
+TRACE_VAR = "KB_EVAL_LOCK_TRACE"
 
 
 class DeviceLock:
@@ -56,11 +64,24 @@ class DeviceLock:
         finally:
             os.close(gate)  # closing lets go of the gate
         self._fd, self._mode = fd, mode
+        self._trace("+")
 
     def release(self) -> None:
         if self._fd is not None:
+            self._trace("-")
             os.close(self._fd)
         self._fd = self._mode = None
+
+    def _trace(self, event: str) -> None:
+        """One line per hold's start (+) or end (-) when tracing (module docstring): one
+        short O_APPEND write, so the lines of several processes never interleave."""
+        if trace := os.environ.get(TRACE_VAR):
+            line = f"{time.monotonic():.6f} {os.getpid()} {self.path.stem} {self._mode} {event}\n"
+            fd = os.open(trace, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                os.write(fd, line.encode())
+            finally:
+                os.close(fd)
 
     @property
     def mode(self) -> str | None:
@@ -86,3 +107,25 @@ def device_lock(path: str | os.PathLike | None, mode: str) -> Iterator[None]:
     lock = DeviceLock(path)
     with lock.held(mode):
         yield
+
+
+def hold_shares(trace: str | os.PathLike) -> dict[str, float]:
+    """Seconds of a traced run (each device from its first hold to its last release,
+    summed over the devices) in which a device was held exclusive, only shared, or by no
+    one. A hold still open when the trace ends (its process killed) ends there."""
+    by_device: dict[str, list] = {}
+    for line in Path(trace).read_text().splitlines():
+        t, _pid, device, mode, event = line.split()
+        by_device.setdefault(device, []).append((float(t), event == "+", mode))
+    held = {"exclusive": 0.0, "shared": 0.0, "none": 0.0}
+    for events in by_device.values():
+        events.sort(key=lambda e: (e[0], e[1]))  # at one instant, ends before starts
+        holders = {"exclusive": 0, "shared": 0}
+        last = events[0][0]
+        for t, start, mode in events:
+            state = ("exclusive" if holders["exclusive"] else
+                     "shared" if holders["shared"] else "none")
+            held[state] += t - last
+            holders[mode] = max(0, holders[mode] + (1 if start else -1))
+            last = t
+    return held

@@ -1,0 +1,45 @@
+"""The device lock's trace (kb_eval/devlock.py, KB_EVAL_LOCK_TRACE): every hold's start
+and end, by process, device and mode, and how long a device was held alone, only shared,
+or by no one (what benchmarks/eval_throughput.py prints)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from kb_eval.devlock import TRACE_VAR, DeviceLock, hold_shares
+
+
+def test_hold_shares_of_a_written_trace(tmp_path):
+    trace = tmp_path / "t"
+    trace.write_text("\n".join([
+        "10.0 1 gpu0 shared +", "10.5 2 gpu0 shared +",  # two share the device
+        "11.0 1 gpu0 shared -", "12.0 2 gpu0 shared -",
+        "13.0 3 gpu0 exclusive +", "14.5 3 gpu0 exclusive -",  # 1 s idle, then alone
+        "10.0 4 gpu1 exclusive +", "10.5 4 gpu1 exclusive -",  # another device
+        "11.0 5 gpu1 shared +",  # killed while holding: ends with the trace
+    ]) + "\n")
+    held = hold_shares(trace)
+    assert held == pytest.approx({"exclusive": 1.5 + 0.5, "shared": 2.0, "none": 1.0 + 0.5})
+
+
+def test_the_lock_logs_its_holds_only_when_asked(tmp_path, monkeypatch):
+    path, trace = tmp_path / "d.lock", tmp_path / "holds"
+    lock = DeviceLock(path)
+    lock.acquire("shared")
+    lock.release()
+    assert not trace.exists()
+    monkeypatch.setenv(TRACE_VAR, str(trace))
+    with lock.held("shared"):
+        with lock.held("exclusive"):  # from shared to exclusive and back
+            pass
+    lines = [line.split() for line in trace.read_text().splitlines()]
+    pid = str(os.getpid())
+    assert [(p, d, m, e) for _, p, d, m, e in lines] == [
+        (pid, "d", "shared", "+"), (pid, "d", "shared", "-"),
+        (pid, "d", "exclusive", "+"), (pid, "d", "exclusive", "-"),
+        (pid, "d", "shared", "+"), (pid, "d", "shared", "-")]
+    times = [float(t) for t, *_ in lines]
+    assert times == sorted(times)
+    assert set(hold_shares(trace)) == {"exclusive", "shared", "none"}
