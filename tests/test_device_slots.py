@@ -6,7 +6,9 @@ from __future__ import annotations
 import threading
 import time
 
-from kb_eval.eval.schedule.overlap import CHILD_FOOTPRINT, Charge, DeviceSlots, lanes_per_device
+from kb_eval.eval.config import EvalConfig
+from kb_eval.eval.schedule.overlap import (CHILD_FOOTPRINT, PROGRESS, Budgets, Charge,
+                                           DeviceSlots, lanes_per_device)
 
 
 class Sample:
@@ -22,7 +24,7 @@ class Sample:
         _until(lambda: len(slots.waiting) + len(slots.running) > before)
 
     def _run(self, slots: DeviceSlots, charge: Charge) -> None:
-        with slots.held(charge):
+        with slots.held(charge) as self.slot:
             self.started.set()
             self.done.wait(10)
 
@@ -134,3 +136,79 @@ def test_charges_from_the_plan_and_lanes_waiting_beside_depth():
     assert runs[0].running and runs[1].running and runs[2].waiting
     assert lanes_per_device(1) == 1  # one in flight: nothing can pass anything
     assert lanes_per_device(3) > 3
+
+
+def test_a_sample_past_its_timing_gives_its_place_but_keeps_its_charge():
+    slots = DeviceSlots(2)
+    a, b = Sample(slots, 4, 12), Sample(slots, 4, 12)
+    c = Sample(slots, 4, 12)  # the depth holds it back
+    assert a.running and b.running and c.waiting
+    a.slot.timed()  # a's child re-checks and probes now: c may start beside it
+    assert c.running
+    b.slot.timed()
+    d = Sample(slots, 1, 12)  # a place is free (c in flight) but not the memory: a, b hold 8
+    assert d.waiting
+    a.end()
+    assert d.running
+
+
+def test_a_sample_of_unknown_size_keeps_its_place_past_its_timing():
+    slots = DeviceSlots(1)
+    a = Sample(slots, 0, 0)
+    b = Sample(slots, 0, 0)
+    a.slot.timed()
+    assert b.waiting  # the depth alone limits such samples: a still counts
+    a.end()
+    assert b.running
+
+
+def test_a_retry_takes_a_place_again_once_one_is_free():
+    slots = DeviceSlots(1)
+    a = Sample(slots, 2)
+    a.slot.timed()
+    b = Sample(slots, 2)
+    assert b.running
+    retook = threading.Event()
+    threading.Thread(target=lambda: (a.slot.retake(), retook.set()), daemon=True).start()
+    assert not retook.wait(0.2)  # b holds the only place
+    b.end()
+    assert retook.wait(5)
+    c = Sample(slots, 2)
+    assert c.waiting  # a's retry holds the place again
+    a.end()
+    assert c.running
+
+
+def test_lanes_past_their_timing_take_no_more_than_the_intake_allows():
+    slots = DeviceSlots(3)
+    claims = [slots.intake() for _ in range(slots.intake_cap)]
+    dones = [c.__enter__() for c in claims]
+    assert slots.intake_cap == 3 + 2
+    took = threading.Event()
+
+    def lane():
+        with slots.intake():
+            took.set()
+    threading.Thread(target=lane, daemon=True).start()
+    assert not took.wait(0.2)  # every intake is before or in its timing
+    dones[0]()  # that sample left its timing step
+    assert took.wait(5)
+    dones[0]()  # told twice (timing, then the block's end): freed once
+    assert slots.taken == slots.intake_cap - 1
+    for c in claims:
+        c.__exit__(None, None, None)
+    assert slots.taken == 0
+
+
+def test_budgets_tell_the_sample_when_its_child_leaves_its_timing_step(tmp_path):
+    told = []
+    budgets = Budgets(tmp_path, EvalConfig(), lambda: told.append(1))
+    for step in ["setup", "call 1", "wait", "timing"]:
+        (tmp_path / PROGRESS).write_text(step)
+        assert budgets() is None
+    assert not told
+    (tmp_path / PROGRESS).write_text("wait")
+    budgets()
+    (tmp_path / PROGRESS).write_text("probe")
+    budgets()
+    assert told == [1]

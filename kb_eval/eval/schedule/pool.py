@@ -165,8 +165,13 @@ class EvalPool(RecordStream):
 
     # ---------------------------------------------------------------- devices
     def _device_loop(self, device: str) -> None:
-        while (task := self.ready.get()) is not _STOP:
-            record = evaluate_guarded(self.ctx, self.refs, task, device, self.slots[device])
+        slots = self.slots[device]
+        while True:
+            with slots.intake() as done:  # a lane past its sample's timing takes no more
+                if (task := self.ready.get()) is _STOP:
+                    return
+                task.intake_done = done
+                record = evaluate_guarded(self.ctx, self.refs, task, device, slots)
             self.finish(task, record)
             if self._abandoned:
                 kill_running(self.prefix)

@@ -36,8 +36,9 @@ def evaluate_sample(ctx: EvalContext, refs: ReferenceStore, task: SampleTask,
         return _evaluate_planned(ctx, refs, task, device, plan)
     # A sample's output buffers (exchange.py) are held beside its child: part of its need.
     with slots.held(Charge.of(plan.need_bytes, task.exchange_bytes, plan.truth_bytes,
-                              plan.free_bytes)):
+                              plan.free_bytes)) as slot:
         task.laps.lap("wait_slot")
+        task.slot = slot
         return _evaluate_planned(ctx, refs, task, device, plan)
 
 
@@ -52,6 +53,8 @@ def _evaluate_planned(ctx: EvalContext, refs: ReferenceStore, task: SampleTask,
         # the harness gives back all it can, then the candidate
         plan = refs.plan(task.problem, device, ctx.baseline_peak(task.problem), drop=True)
     task.laps.restart()
+    if task.slot is not None:  # the first try may have given its place back
+        task.slot.retake()
     retry = evaluate_once(ctx, refs, task, device)
     retry.retried = why
     if harness_suspect(retry) is None or retry.status == "oom":
@@ -63,6 +66,8 @@ def _evaluate_planned(ctx: EvalContext, refs: ReferenceStore, task: SampleTask,
             # sweep: a reference copy of level1/97 out of memory in setup on both tries
             # while the server held 71 GiB, then judged correct alone). One more try in
             # the room the control found; failing setup again there is the candidate's.
+            if task.slot is not None:
+                task.slot.retake()
             retry = evaluate_once(ctx, refs, task, device)
             retry.retried = why
         return finish(retry, task)  # the reference copy got past setup: the candidate's

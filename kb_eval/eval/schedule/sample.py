@@ -12,6 +12,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from kb_eval.eval.child.worker import BEFORE_PROBE, Laps
 from kb_eval.eval.judge.crashes import crash_info, status_of
@@ -20,7 +21,7 @@ from kb_eval.eval.judge.verdict import child_failure, judge_sample, labels_to_ch
 from kb_eval.eval.schedule.build import BuildOutcome, source_sha256
 from kb_eval.eval.schedule.context import EvalContext, is_cpu
 from kb_eval.eval.schedule.exchange import Exchange, checked_calls, exchange_for
-from kb_eval.eval.schedule.overlap import Budgets
+from kb_eval.eval.schedule.overlap import Budgets, Slot
 from kb_eval.eval.schedule.pairing import finish_pairing, start_pairing
 from kb_eval.eval.schedule.reaper import sweep_escapees
 from kb_eval.eval.wire.device import slot_size
@@ -49,6 +50,15 @@ class SampleTask:
     exchange_bytes: int = 0  # outputs handed over on the device: its buffers' size (plan)
     timing: TimingSettings | None = None  # the run's, with its calls budgeted (retry.py)
     reference_call_ms: float | None = None  # the reference's call, roughly (its estimate)
+    slot: Slot | None = None  # its hold on the device (overlap.py), when it shares one
+    intake_done: Callable[[], None] = lambda: None  # its lane's intake (overlap.py)
+
+    def past_timing(self) -> None:
+        """The child has left its timing step: its place on the device and its lane's
+        intake go to the next sample (overlap.py)."""
+        if self.slot is not None:
+            self.slot.timed()
+        self.intake_done()
 
 
 CHILD_TARGET = "kb_eval.eval.child.worker:run_candidate"
@@ -140,7 +150,7 @@ def _evaluate(ctx: EvalContext, refs: ReferenceStore, task: SampleTask, device: 
                        timeout_s=cfg.run_timeout_s * cfg.lane_depth,
                        mem_limit_mb=cfg.mem_limit_mb, env=ctx.device_env(device),
                        prewarm=True, warm_cuda=not is_cpu(device),
-                       budget=Budgets(run_dir, cfg))
+                       budget=Budgets(run_dir, cfg, task.past_timing))
     alone = _WINDOWS.end(window)
     paired = finish_pairing(pairing)
     task.laps.lap("run")
