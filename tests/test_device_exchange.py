@@ -130,14 +130,23 @@ CHILD = textwrap.dedent("""
     spec = json.loads(sys.argv[1])
     slots = Slots(spec, torch.device("cuda:0"))
     x = torch.arange(1 << 20, dtype=torch.float32, device="cuda")
+    unopened = slots.put(Path(sys.argv[2]) / "z.out", [x])  # not opened (and filled): files
+    slots.open()
     a = slots.put(Path(sys.argv[2]) / "a.out", [x])
     b = slots.put(Path(sys.argv[2]) / "b.out", [x, x[:10] * 2])
     # the bytes the put copied, as the settle check compares them
     put_bytes = [t.reshape(-1).view(torch.uint8) for t in (x, x[:10] * 2)]
     copied = len(slots.last_bytes) == 2 and all(
         torch.equal(c, p) for c, p in zip(slots.last_bytes, put_bytes))
-    print(a, b, slots.put(Path(sys.argv[2]) / "c.out", [x]),  # no third buffer: False
+    print(unopened, a, b, slots.put(Path(sys.argv[2]) / "c.out", [x]),  # no third: False
           copied)
+""")
+
+# A child that only opens its buffers (as the worker's setup does, before candidate code)
+OPEN_ONLY = textwrap.dedent("""
+    import json, sys, torch
+    from kb_eval.eval.wire.device import Slots
+    Slots(json.loads(sys.argv[1]), torch.device("cuda:0")).open()
 """)
 
 
@@ -146,24 +155,32 @@ CHILD = textwrap.dedent("""
 def test_a_child_copies_into_buffers_the_server_exported(tmp_path):
     from kb_eval.eval.wire.device import Exported
 
+    import json
+
     exported = Exported(2, slot_size(8 << 20), torch.device("cuda:0"))
     try:
         views = exported.views()
-        assert all(bool(v.view(torch.float32).isnan().all()) for v in views)  # fresh: NaN
         spec = {"handles": exported.handles, "bytes": exported.nbytes}
-        import json
         p = subprocess.run([sys.executable, "-c", CHILD, json.dumps(spec), str(tmp_path)],
                            capture_output=True, text=True, timeout=300)
         assert p.returncode == 0, p.stderr[-3000:]
-        assert p.stdout.split() == ["True", "True", "False", "True"], p.stdout
+        assert p.stdout.split() == ["False", "True", "True", "False", "True"], p.stdout
+        assert not (tmp_path / "z.out").exists()
         x = torch.arange(1 << 20, dtype=torch.float32, device="cuda")
         a = outputs.read(tmp_path / "a.out", 1 << 20, None, views)
         b = outputs.read(tmp_path / "b.out", 1 << 20, None, views)
         assert torch.equal(a[0], x) and torch.equal(b[0], x) and torch.equal(b[1], x[:10] * 2)
-        # a header with no copy behind it reads the fill: NaN, never a stale output
-        outputs.write_header(tmp_path / "d.out", [x], 0)
+        # a header with no copy behind it reads the fill the child made when it opened
+        # its buffers: NaN, never a stale output
         exported2 = Exported(1, slot_size(8 << 20), torch.device("cuda:0"))
-        assert bool(exported2.views()[0].view(torch.float32).isnan().all())
+        exported2.views()[0].copy_(torch.zeros(exported2.nbytes, dtype=torch.uint8))
+        spec2 = {"handles": exported2.handles, "bytes": exported2.nbytes}
+        p = subprocess.run([sys.executable, "-c", OPEN_ONLY, json.dumps(spec2)],
+                           capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr[-3000:]
+        outputs.write_header(tmp_path / "d.out", [x], 0)
+        d = outputs.read(tmp_path / "d.out", 1 << 20, None, exported2.views())
+        assert bool(d[0].isnan().all())
         exported2.free()
     finally:
         exported.free()

@@ -94,3 +94,26 @@ def test_the_slim_header_is_rewritten_only_when_it_changed(tree):
     os.utime(header, ns=(old, old))
     pch.install(tree / "pch", sys.executable)
     assert header.stat().st_mtime_ns == old and header.read_text() == pch.SLIM
+
+
+def test_a_version_query_goes_to_the_compiler_without_python(tmp_path):
+    """torch asks `CXX -dumpfullversion -dumpversion` in every run child: the front
+    script answers it with the real compiler, not a Python start; a compile still goes
+    through the front's Python."""
+    fake_cxx = tmp_path / "fake-g++"
+    fake_cxx.write_text('#!/bin/sh\necho "compiler $*"\n')
+    fake_cxx.chmod(0o755)
+    front = tmp_path / "front.py"
+    front.write_text('import sys\nprint("python", *sys.argv[1:])\n')
+    script = tmp_path / "kb-pch-g++"
+    script.write_text(pch.front_script(str(front), direct_var="KB_PCH_CXX"))
+    script.chmod(0o755)
+    env = {**os.environ, "KB_PCH_CXX": str(fake_cxx)}
+
+    def run(*args: str) -> str:
+        return subprocess.run([str(script), *args], env=env, capture_output=True,
+                              text=True, check=True).stdout.strip()
+    assert run("-dumpfullversion", "-dumpversion") == "compiler -dumpfullversion -dumpversion"
+    assert run("--version") == "compiler --version"
+    assert run("-c", "main.cpp", "-o", "main.o") == "python -c main.cpp -o main.o"
+    assert run("-v", "-c", "main.cpp") == "python -v -c main.cpp"

@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from typing import Any, Callable
@@ -178,13 +179,20 @@ def _weights(device: torch.device) -> torch.Tensor:
     fingerprint changes when elements move, not only when their sum does (odd: a product
     with one is a bijection mod 2^32, so any one changed word changes the sum)."""
     if device not in _FP_WEIGHTS:
-        # Drawn on the device itself, by a generator of its own (the inputs' generator is
-        # left alone): drawn on the CPU and copied, they took ~0.3 s of every H100 child.
-        g = torch.Generator(device=device).manual_seed(fresh_seed())
-        odd = torch.randint(0, 2 ** 31, (_FP_CHUNK,), generator=g, dtype=torch.int64,
-                            device=device) * 2 + 1
-        _FP_WEIGHTS[device] = odd.to(torch.int32)  # wraps mod 2^32: still odd
+        _FP_WEIGHTS[device] = host_weights().to(device)
     return _FP_WEIGHTS[device]
+
+
+@functools.cache
+def host_weights() -> torch.Tensor:
+    """The multipliers in host memory, drawn once per process by a generator of their own
+    (the inputs' generator is left alone). A candidate's child draws them while it waits
+    as a spare (worker.warm_up): drawn on the device at the first fingerprint, they took
+    ~50 ms of every H100 child's setup with the device held, and drawn on the CPU there
+    ~0.3 s."""
+    g = torch.Generator().manual_seed(fresh_seed())
+    odd = torch.randint(0, 2 ** 31, (_FP_CHUNK,), generator=g, dtype=torch.int64) * 2 + 1
+    return odd.to(torch.int32)  # wraps mod 2^32: still odd
 
 
 def _words(t: torch.Tensor) -> torch.Tensor:

@@ -45,8 +45,8 @@ from kb_eval.eval.child.paired import ROUNDS_FILE, time_paired
 from kb_eval.eval.child.rechecks import Rechecks
 from kb_eval.eval.wire.labels import PROBE_LABEL, label_name
 from kb_eval.eval.child.probes import (changed_since, fingerprints, fresh_seed,
-                                       into_buffers, probe_inputs, recheck_count, settled,
-                                       sync, tensor_bytes)
+                                       host_weights, into_buffers, probe_inputs,
+                                       recheck_count, settled, sync, tensor_bytes)
 from kb_eval.faults import inject_fault
 from kb_eval.harness import INIT_SEED, inputs_for, load_problem, reference_model
 from kb_eval.inputs import build_model, copy_tree, make_inputs, precision_dtype
@@ -127,6 +127,13 @@ class Laps:
 
 
 # ------------------------------------------------------------------ candidate
+def warm_up() -> None:
+    """Run by a child while it waits for its task as a spare (isolation/child.py), before
+    any candidate code: what every task would otherwise pay with the device held. Host
+    work only (a spare holds no lock: nothing it does may touch the device)."""
+    host_weights()
+
+
 def run_candidate(payload: dict, workdir: Path) -> dict:
     workdir = Path(workdir)
     device, precision = torch.device(payload["device"]), payload["precision"]
@@ -144,6 +151,7 @@ def run_candidate(payload: dict, workdir: Path) -> dict:
     use_build_dirs(payload)
     if payload.get("exchange"):
         _SLOTS.append(device_wire.Slots(payload["exchange"], device))
+        _SLOTS[-1].open()  # and filled, before candidate code exists here
     module, init = load_problem(payload["problem_code"], precision, device)
     ref_state = reference_model(module, copy_tree(init), precision, device).state_dict()
     # Drawn before candidate code exists in this process, so it cannot steer them, and

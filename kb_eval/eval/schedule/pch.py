@@ -76,14 +76,26 @@ def install(folder: Path, real_cxx: str) -> dict[str, str]:
     """Write the front script into `folder` and return the environment that selects it.
     Its name contains `g++`, which is how torch accepts a compiler it has not seen."""
     script = folder / "bin" / "kb-pch-g++"
-    write_if_changed(script, front_script(__file__), mode=0o755)
+    write_if_changed(script, front_script(__file__, direct_var="KB_PCH_CXX"), mode=0o755)
     write_if_changed(folder / SLIM_FOLDER / HEADER, SLIM)
     return {"CXX": str(script), "KB_PCH_CXX": real_cxx, "KB_PCH_DIR": str(folder)}
 
 
-def front_script(module_file: str) -> str:
-    """A shell script that runs `module_file` as a script with this Python."""
-    return f'#!/bin/sh\nexec "{sys.executable}" "{Path(module_file).resolve()}" "$@"\n'
+# What the compiler is asked that is no compile: torch's load_inline asks the version in
+# every run child (get_compiler_abi_compatibility_and_version), and through a Python start
+# that took ~80 ms of each H100 child's load, the device held shared.
+VERSION_QUERIES = ("-dumpfullversion -dumpversion", "-dumpversion", "-dumpfullversion",
+                   "--version", "-v")
+
+
+def front_script(module_file: str, direct_var: str | None = None) -> str:
+    """A shell script that runs `module_file` as a script with this Python; with
+    `direct_var`, a version query goes straight to the compiler that variable names."""
+    direct = ""
+    if direct_var:
+        cases = "|".join(f'"{q}"' for q in VERSION_QUERIES)
+        direct = f'case "$*" in {cases}) exec "${{{direct_var}:-c++}}" "$@" ;; esac\n'
+    return f'#!/bin/sh\n{direct}exec "{sys.executable}" "{Path(module_file).resolve()}" "$@"\n'
 
 
 def write_if_changed(path: Path, text: str, mode: int = 0o644) -> None:

@@ -104,7 +104,9 @@ class Exported:
 
     def __init__(self, n: int, nbytes: int, device: torch.device, at_least: int | None = None):
         """`n` buffers, or (`at_least`) as many as the device has room for, but no fewer
-        than that: the first checked calls get buffers, the rest files (exchange.py)."""
+        than that: the first checked calls get buffers, the rest files (exchange.py).
+        Allocation and handles only, no kernel: an export runs beside a neighbour's timed
+        calls (references.py), and the child fills the buffers (Slots.open)."""
         if not 0 < n <= MAX_SLOTS:
             raise ValueError(f"{n} buffers asked, at most {MAX_SLOTS}")
         _current(device)
@@ -122,11 +124,6 @@ class Exported:
                 _check(_driver().cuIpcGetMemHandle(ctypes.byref(handle), ptr.value),
                        "exporting a buffer")
                 self.handles.append(bytes(handle).hex())
-            for view in self.views():
-                # Fresh device memory may hold what an earlier sample or the server left
-                # there (a reference output of the same trial): all-ones bytes are NaN in
-                # every float type, so a header with no copy behind it judges as wrong.
-                view.fill_(0xFF)
         except BaseException:
             self.free()
             raise
@@ -155,6 +152,21 @@ class Slots:
         # will judge, compared with the outputs later to see a write after the save.
         self.last_bytes: list[torch.Tensor] = []
 
+    def open(self) -> None:
+        """Open the buffers and fill them with all-ones bytes, before candidate code runs
+        in this process (worker.run_candidate's setup): fresh device memory may hold what
+        an earlier sample or the server left there (a reference output of the same
+        trial), and all-ones bytes are NaN in every float type, so a header with no copy
+        behind it judges as wrong. The server's export launches nothing, so that it can
+        run beside a neighbour's timed calls; the child's setup holds the device shared.
+        Buffers that cannot be opened mean files."""
+        try:
+            for view in self._open():
+                view.fill_(0xFF)
+            torch.cuda.synchronize(self.device)
+        except CudaError:  # ours, never the candidate's: files for the rest of the run
+            self.spec, self.buffers = {}, None
+
     def _open(self) -> list[torch.Tensor]:
         if self.buffers is None:
             _current(self.device)
@@ -180,11 +192,9 @@ class Slots:
         when there is no buffer left or they do not fit (the caller writes a file)."""
         if not self.fits(tensors):
             return False
-        try:
-            slot = self._open()[self.used]
-        except CudaError:  # ours, never the candidate's: files for the rest of the run
-            self.spec = {}
+        if self.buffers is None:  # never opened (and filled): files
             return False
+        slot = self.buffers[self.used]
         at, self.last_bytes = 0, []
         for t in tensors:
             flat = t.detach().contiguous().reshape(-1).view(torch.uint8)
