@@ -48,7 +48,8 @@ from kb_eval.eval.child.calls import TimedCalls, Watch
 from kb_eval.eval.child.observe import observe, output_tensors
 from kb_eval.eval.wire.labels import label_name
 from kb_eval.eval.child.probes import (changed_since, copy_bandwidth, empty_call_ms,
-                                       fingerprints, probe_inputs, sync, tensor_bytes)
+                                       fingerprints, host_weights, probe_inputs, sync,
+                                       tensor_bytes)
 from kb_eval.compilers.tvm import baseline_callable as tvm_callable, is_tvm_mode
 from kb_eval.harness import (compile_model, inputs_for, load_problem, reference_model,
                              time_model)
@@ -272,10 +273,12 @@ def export_buffers(spec: dict, device: torch.device) -> dict:
     sent every output through files, 10-20 s of a sample that runs alone, in one run of
     two."""
     free_buffers(spec["key"])  # a retry of the same sample
-    release(device)  # a paired timing that ended early may have left its rounds' blocks
     n, nbytes, at_least = int(spec["n"]), int(spec["bytes"]), spec.get("at_least")
     try:
         try:
+            # Nothing given back first: an export runs beside another sample's timing
+            # step (references.py), whose reference rounds keep their blocks cached to
+            # the last round (_time_round); only a device short of room takes them.
             exported = device_wire.Exported(n, nbytes, device)
         except device_wire.CudaError:
             _LOADED.clear()  # kept models and outputs: a later comparison computes them again
@@ -515,15 +518,26 @@ def release(device: torch.device, force: bool = False) -> None:
 def plan_problem(payload: dict, device: torch.device) -> dict:
     """What the memory plan needs, allocating nothing of the problem's size: the bytes of
     its inputs and outputs (from `get_inputs` and a forward on the meta device, where
-    tensors have shapes but no memory), its weights, and what the device offers once
-    this process has released what it does not keep. `release` with `drop=True` first
-    when asked (a retry after a candidate ran out of memory)."""
+    tensors have shapes but no memory; or `payload["sizes"]`, kept from an earlier run:
+    references.py), its weights, and what the device offers once this process has
+    released what it does not keep. `release` with `drop=True` first when asked (a retry
+    after a candidate ran out of memory)."""
     if payload.get("drop"):
         _LOADED.clear()
     release(device, force=bool(payload.get("drop")))
+    plan = dict(payload.get("sizes") or {}) or _problem_sizes(payload, device)
+    if device.type == "cuda":
+        plan["free_bytes"], plan["total_bytes"] = torch.cuda.mem_get_info(device)
+        plan["reserved_bytes"] = torch.cuda.memory_reserved(device)  # this server's own
+    return plan
+
+
+def _problem_sizes(payload: dict, device: torch.device) -> dict:
+    """The bytes of the problem's inputs, outputs and weights, from the meta device."""
     module, init = load_problem(payload["problem_code"], payload["precision"], device)
     plan: dict = {"in_bytes": None, "out_bytes": None}
     dtype = precision_dtype(payload["precision"])
+    _meta_ready()  # its imports (seconds) before any meta op and the bounded forward
     try:
         meta_inputs = make_inputs(module.get_inputs, 0, "meta", dtype)
         plan["in_bytes"] = tensor_bytes(meta_inputs)
@@ -533,15 +547,11 @@ def plan_problem(payload: dict, device: torch.device) -> dict:
             plan["weights_bytes"] = sum(tensor_bytes(t) for t in model.state_dict().values())
             plan["itemsize"] = dtype.itemsize
             shape_only_rnns(model)  # else decomposed op by op: seconds (meta_rnn.py)
-            _meta_ready()
             with within(META_FORWARD_MAX_S):
                 out = model(*meta_inputs)
         plan["out_bytes"] = tensor_bytes(output_tensors(out))
     except Exception as e:  # noqa: BLE001 - an op without a meta kernel: sizes unknown
         plan["meta_error"] = f"{type(e).__name__}: {e}".splitlines()[0][:200]
-    if device.type == "cuda":
-        plan["free_bytes"], plan["total_bytes"] = torch.cuda.mem_get_info(device)
-        plan["reserved_bytes"] = torch.cuda.memory_reserved(device)  # this server's own
     return plan
 
 
@@ -556,17 +566,20 @@ META_FORWARD_MAX_S = 2.0
 @functools.cache
 def _meta_ready() -> None:
     """The meta device's first op imports its Python kernels and, through them,
-    torch._dynamo (1 s on the 2-core CPU, 6.8 s in a fresh H100 machine's first server):
-    done before the bounded forward, or a fresh server's first plan ran out of time and
-    lost its outputs' size (the H100's device-buffer test caught it)."""
+    torch._dynamo (1 s on the 2-core CPU, 4-7 s in a fresh H100 machine's server): done
+    before the bounded forward, or a fresh server's first plan ran out of time and lost
+    its outputs' size (the H100's device-buffer test caught it). Paid by the first plan
+    whose sizes were not kept (references.KeptSizes), not at the server's start: a run
+    whose problems were all planned before never pays it (on the H100, a run of 100
+    cached candidates waited ~8 s for its first plan, about half of it this)."""
     torch.ones(2, device="meta").add(1)
 
 
 def warm_up() -> None:
     """Run by the server's start-up (kb_eval/isolation/child.py), before its first task:
-    a run's first memory plan comes once its first candidate is built, by when this is
-    paid."""
-    _meta_ready()
+    the fingerprints' multipliers (probes.host_weights), which its first comparison would
+    otherwise draw with the device held."""
+    host_weights()
 
 
 class _TooLong(Exception):

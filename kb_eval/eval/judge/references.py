@@ -16,12 +16,16 @@ an answer (killed from outside, say) is started again and asked once more.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import json
 import math
+import os
 import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator
 
 from kb_eval import clocks
 from kb_eval.eval.judge.crashes import crash_info
@@ -162,6 +166,85 @@ def _out_of_memory(out: ChildOutcome) -> bool:
     return "OutOfMemoryError" in (out.error or "")
 
 
+class ServerTurns:
+    """One call at a time on a device's server, and the calls that start a sample (its
+    plan, the estimate, its output buffers) or time one (a paired round) before those
+    that end one (a comparison, freeing buffers). When a timing step lets go of the
+    device, the finished samples' comparisons and the next samples' buffers all wait for
+    the server: on the H100 (100 cached CUDA candidates, depth 3) the buffers came after
+    the comparisons, so the next children started late and missed the device's shared
+    turn, which the first child ready to time closes (devlock.py): two timing steps per
+    turn instead of three. Ending calls wait only while starting ones are queued, and
+    those are bounded by the samples in flight."""
+
+    FIRST = ("plan", "estimate", "export", "time_calls")
+
+    def __init__(self):
+        self.cond = threading.Condition()
+        self.busy = False
+        self.first_waiting = 0
+
+    @contextlib.contextmanager
+    def held(self, payload: dict) -> Iterator[None]:
+        first = any(payload.get(k) for k in self.FIRST)
+        with self.cond:
+            self.first_waiting += first
+            self.cond.wait_for(lambda: not self.busy and (first or not self.first_waiting))
+            self.first_waiting -= first
+            self.busy = True
+        try:
+            yield
+        finally:
+            with self.cond:
+                self.busy = False
+                self.cond.notify_all()
+
+
+class KeptSizes:
+    """Each problem's sizes for the memory plan (the bytes of its inputs, outputs and
+    weights: reference_worker.plan_problem), kept in the cache across runs, by the
+    problem's code, the precision and the toolchain. They come from a forward on the
+    meta device, whose first op imports torch._dynamo: a run whose problems were all
+    planned before starts judging without waiting for that (on the H100, about half of
+    the ~8 s before a warm run's first plan). Sizes that did not come out whole (an op
+    without a meta kernel, a forward over its time bound) are not kept. Like the build
+    cache, trusted across runs (docs/GUARANTEES.md): a file that does not read back as
+    sizes is ignored."""
+
+    FIELDS = ("in_bytes", "out_bytes", "weights_bytes", "itemsize")
+
+    def __init__(self, folder: Path, fingerprint: str):
+        self.folder, self.fingerprint = folder, fingerprint
+
+    def _path(self, code: str, precision: str) -> Path:
+        key = hashlib.sha256("\0".join(["plan-1", self.fingerprint, precision, code])
+                             .encode()).hexdigest()
+        return self.folder / f"{key}.json"
+
+    def get(self, code: str, precision: str) -> dict | None:
+        try:
+            sizes = json.loads(self._path(code, precision).read_text())
+        except (OSError, ValueError):
+            return None
+        ok = (isinstance(sizes, dict) and set(sizes) == set(self.FIELDS)
+              and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                      for v in sizes.values()))
+        return sizes if ok else None
+
+    def put(self, code: str, precision: str, plan: dict) -> None:
+        sizes = {k: plan.get(k) for k in self.FIELDS}
+        if plan.get("meta_error") or not all(isinstance(v, int) for v in sizes.values()):
+            return
+        path = self._path(code, precision)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}")
+            tmp.write_text(json.dumps(sizes))
+            os.replace(tmp, path)
+        except OSError:
+            pass  # a cache that cannot be written only costs the next run the forward
+
+
 class ReferenceStore:
     def __init__(self, ctx: EvalContext):
         self.ctx = ctx
@@ -175,10 +258,11 @@ class ReferenceStore:
         self._states: dict[str, ReferenceState] = {}
         self._guard = threading.Lock()
         # A server runs one call at a time; several lanes of a device share it.
-        self._server_locks = {d: threading.Lock() for d in ctx.devices}
+        self._server_locks = {d: ServerTurns() for d in ctx.devices}
         self._others: dict[str, int] = {}  # device memory not ours, at its least (_idle_free)
         self._device_floors: dict[str, dict] = {}  # device -> device_floor's figures
         self._floor_locks = {d: threading.Lock() for d in ctx.devices}
+        self.sizes = KeptSizes(ctx.config.cache_dir / "plans", ctx.fingerprint)
 
     def _state(self, problem: Problem) -> ReferenceState:
         with self._guard:
@@ -193,10 +277,14 @@ class ReferenceStore:
             if state.plan is not None and not drop:
                 return state.plan
             cfg = self.ctx.config
+            kept = self.sizes.get(problem.code, cfg.precision)
             payload = {"plan": True, "drop": drop, "problem_code": problem.code,
-                       "device": self.ctx.torch_device(device), "precision": cfg.precision}
+                       "device": self.ctx.torch_device(device), "precision": cfg.precision,
+                       "sizes": kept}
             out = self._call(device, payload)
             sizes = self._idle_free(device, (out.result or {}) if out.ok else {})
+            if kept is None and out.ok:
+                self.sizes.put(problem.code, cfg.precision, sizes)
             state.plan = make_plan(sizes, baseline_peak,
                                    cfg.mem_limit_mb if is_cpu(device) else None)
             if state.plan.reason and not drop:  # one line per problem; the run goes on
@@ -363,7 +451,7 @@ class ReferenceStore:
                    "device": self.ctx.torch_device(device), "precision": cfg.precision,
                    "seed": self.ctx.problem_seed(problem), "timing": settings.model_dump(),
                    "baseline_mode": cfg.baseline_mode}
-        with self._server_locks[device]:
+        with self._server_locks[device].held(payload):
             out = server.call(payload, timeout_s=cfg.run_timeout_s, mem_limit_mb=cfg.mem_limit_mb)
         ms = (out.result or {}).get("ms") if out.ok else None
         if not isinstance(ms, list) or len(ms) != k:
@@ -386,11 +474,18 @@ class ReferenceStore:
     def _call(self, device: str, payload: dict) -> ChildOutcome:
         """One server call, under the device's timing lock (kb_eval/devlock.py): alone
         when it times something (a live baseline, the device's floor figures), else
-        shared with the candidate children's untimed work. The device lock is taken
-        before the server's: a paired-timing round (time_round, inside a candidate's
-        timing step) must get the server while another lane waits for the device."""
-        mode = "exclusive" if payload.get("timing") or payload.get("device_floor") else "shared"
-        with device_lock(self.ctx.lock_path(device), mode), self._server_locks[device]:
+        shared with the candidate children's untimed work, except an export, which
+        launches nothing (wire/device.Exported) and so may run beside a timed call: the
+        next samples' buffers are ready when the device's next shared turn comes, their
+        children waiting for it, instead of being made in that turn, after it. The
+        device lock is taken before the server's: a paired-timing round (time_round,
+        inside a candidate's timing step) must get the server while another lane waits
+        for the device."""
+        mode = ("exclusive" if payload.get("timing") or payload.get("device_floor")
+                else None if payload.get("export") else "shared")
+        lock = (device_lock(self.ctx.lock_path(device), mode) if mode
+                else contextlib.nullcontext())
+        with lock, self._server_locks[device].held(payload):
             started, out = clocks.monotonic(), None
             try:
                 out = self._call_server(self.servers[device], payload)
