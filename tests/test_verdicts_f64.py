@@ -75,7 +75,9 @@ def test_a_mostly_zero_output_keeps_its_values_typical_error(long_matmul):
     other = _chunked(a, b, 64)
     e_ref = (ref.double() - truth).abs().flatten()
     e_other = (other.double() - truth).abs().flatten()
-    lucky = int((e_other / e_ref.clamp_min(1e-30)).argmax())
+    # where the other order's error is large and the reference's own tiny (which element
+    # that is depends on the CPU's matmul kernels)
+    lucky = int((e_other - 256 * e_ref).argmax())
     picks = torch.cat([torch.tensor([lucky]), torch.randperm(e_ref.numel(),
                        generator=torch.Generator().manual_seed(1))[:20]])
     shift = ref.flatten()[picks] - 1e-3  # the values land ~1e-3 above zero, in fp32
