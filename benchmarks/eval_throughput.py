@@ -272,12 +272,14 @@ class Stopped(Exception):
 
 
 def one_pass(label: str, pairs, config: EvalConfig, devices: int = 1,
-             trace: Path | None = None) -> list:
+             trace: Path | None = None, every_ten=lambda records: None) -> list:
     """Evaluate `pairs`, print the pass's figures, return its records. Stopped midway:
     the figures of the samples finished so far, then Stopped with them. `trace`: where
     the devices' lock holds are logged (kb_eval/devlock.py), emptied first. One file for
     every pass: the children's environment must not change between passes, or the
-    zygote and the spare children started for one pass would not serve the next."""
+    zygote and the spare children started for one pass would not serve the next.
+    `every_ten(records)` after every ten samples: a pass killed outright (SIGKILL, a
+    machine's time limit) keeps what it had finished."""
     if trace is not None:
         trace.write_text("")
         os.environ[TRACE_VAR] = str(trace)
@@ -289,6 +291,7 @@ def one_pass(label: str, pairs, config: EvalConfig, devices: int = 1,
             if len(records) % 10 == 0 or len(records) == len(pairs):
                 print(f"  [{label}] {len(records)}/{len(pairs)} done at "
                       f"{time.monotonic() - t0:6.1f}s", flush=True)
+                every_ten(records)
     except KeyboardInterrupt:  # the evaluation has stopped its children on the way out
         stopped = True
         label = f"{label}, STOPPED after {len(records)} of {len(pairs)}"
@@ -432,7 +435,8 @@ def main() -> int:
                    "to compare executors' builds)")
     p.add_argument("--records", type=Path, default=None, help="write each sample's key, "
                    "status, speedup and speedup_ci per pass to this JSON file (two such "
-                   "files: benchmarks/compare_records.py)")
+                   "files: benchmarks/compare_records.py); every ten samples too, the "
+                   "pass in progress as <pass>_so_far, so a killed run keeps them")
     add_executor_flags(p)  # --executor, --ray-address: as python -m kb_eval.eval
     for action in p._actions:  # here the build cache lives under --workdir
         if action.dest == "executor":
@@ -499,8 +503,11 @@ def main() -> int:
         if skip:
             continue
         try:
+            def so_far(records, name=name):
+                if args.records:
+                    write_records(args.records, {**passes, f"{name}_so_far": records}, args)
             passes[name] = one_pass(f"{name} cache", pairs, config, devices,
-                                    root / "locks.trace")
+                                    root / "locks.trace", so_far)
         except Stopped as e:  # what it finished is kept, under its own name
             passes[f"{name}_stopped"] = e.records
             raise KeyboardInterrupt from None
