@@ -212,3 +212,23 @@ def test_budgets_tell_the_sample_when_its_child_leaves_its_timing_step(tmp_path)
     (tmp_path / PROGRESS).write_text("probe")
     budgets()
     assert told == [1]
+
+
+def test_a_sample_past_its_timing_hands_on_its_place_and_its_lanes_intake(tmp_path):
+    """SampleTask.past_timing, which the sample's Budgets call (schedule/sample.py)."""
+    from kb_eval.eval.schedule.sample import SampleTask
+    from kb_eval.problems import Problem
+
+    slots = DeviceSlots(1)
+    a = Sample(slots, 2)
+    with slots.intake() as done:
+        task = SampleTask(problem=Problem(source="s", level=1, problem_id=1, name="P",
+                                          code=""), sample=0, turn=0, source="",
+                          workdir=tmp_path, slot=a.slot, intake_done=done)
+        assert slots.taken == 1
+        b = Sample(slots, 2)
+        assert b.waiting
+        task.past_timing()
+        assert b.running and slots.taken == 0
+    a.end()
+    b.end()

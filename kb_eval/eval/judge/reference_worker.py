@@ -537,8 +537,8 @@ def _problem_sizes(payload: dict, device: torch.device) -> dict:
     module, init = load_problem(payload["problem_code"], payload["precision"], device)
     plan: dict = {"in_bytes": None, "out_bytes": None}
     dtype = precision_dtype(payload["precision"])
-    _meta_ready()  # its imports (seconds) before any meta op and the bounded forward
     try:
+        _meta_ready()  # its imports (seconds) before any meta op and the bounded forward
         meta_inputs = make_inputs(module.get_inputs, 0, "meta", dtype)
         plan["in_bytes"] = tensor_bytes(meta_inputs)
         with torch.device("meta"):
