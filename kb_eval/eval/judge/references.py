@@ -173,8 +173,8 @@ class ServerTurns:
     device, the finished samples' comparisons and the next samples' buffers all wait for
     the server: on the H100 (100 cached CUDA candidates, depth 3) the buffers came after
     the comparisons, so the next children started late and missed the device's shared
-    turn, which the first child ready to time closes (devlock.py): two timing steps per
-    turn instead of three. Ending calls wait only while starting ones are queued, and
+    turn, which the first child ready to time closes (devlock.py): 2.2 timing steps per
+    turn with three samples in flight. Ending calls wait only while starting ones are queued, and
     those are bounded by the samples in flight."""
 
     FIRST = ("plan", "estimate", "export", "time_calls")

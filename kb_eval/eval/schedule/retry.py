@@ -53,8 +53,6 @@ def _evaluate_planned(ctx: EvalContext, refs: ReferenceStore, task: SampleTask,
         # the harness gives back all it can, then the candidate
         plan = refs.plan(task.problem, device, ctx.baseline_peak(task.problem), drop=True)
     task.laps.restart()
-    if task.slot is not None:  # the first try may have given its place back
-        task.slot.retake()
     retry = evaluate_once(ctx, refs, task, device)
     retry.retried = why
     if harness_suspect(retry) is None or retry.status == "oom":
@@ -66,8 +64,6 @@ def _evaluate_planned(ctx: EvalContext, refs: ReferenceStore, task: SampleTask,
             # sweep: a reference copy of level1/97 out of memory in setup on both tries
             # while the server held 71 GiB, then judged correct alone). One more try in
             # the room the control found; failing setup again there is the candidate's.
-            if task.slot is not None:
-                task.slot.retake()
             retry = evaluate_once(ctx, refs, task, device)
             retry.retried = why
         return finish(retry, task)  # the reference copy got past setup: the candidate's

@@ -122,6 +122,8 @@ def evaluate_once(ctx: EvalContext, refs: ReferenceStore, task: SampleTask,
     """The candidate child, then the reference server that compares its outputs; then
     the rules. The outputs go through buffers on the device when the plan made room for
     them (exchange.py), else through files."""
+    if task.slot is not None:  # a retry: its first try may have given its place back
+        task.slot.retake()
     n = checked_calls(ctx, _trials(ctx.config, task), task.out_bytes)
     if task.exchange_bytes:  # the plan may have made room for the first few only
         n = min(n, task.exchange_bytes // slot_size(task.out_bytes))

@@ -160,6 +160,8 @@ class Slots:
         behind it judges as wrong. The server's export launches nothing, so that it can
         run beside a neighbour's timed calls; the child's setup holds the device shared.
         Buffers that cannot be opened mean files."""
+        if not self.spec.get("handles"):
+            return
         try:
             for view in self._open():
                 view.fill_(0xFF)
@@ -181,8 +183,9 @@ class Slots:
         return self.buffers
 
     def fits(self, tensors: list[torch.Tensor]) -> bool:
-        """Whether `put` would take these outputs (a buffer left, room, on the GPU)."""
-        if not self.spec or self.used >= len(self.spec.get("handles", ())):
+        """Whether `put` would take these outputs (opened buffers, one left, room, on the
+        GPU)."""
+        if self.buffers is None or self.used >= len(self.buffers):
             return False
         return all(t.device.type == "cuda" for t in tensors) and \
             outputs.padded_bytes(tensors) <= int(self.spec["bytes"])
@@ -190,9 +193,7 @@ class Slots:
     def put(self, path: Path, tensors: list[torch.Tensor]) -> bool:
         """Outputs into the next buffer, the header to `path`; False (nothing written)
         when there is no buffer left or they do not fit (the caller writes a file)."""
-        if not self.fits(tensors):
-            return False
-        if self.buffers is None:  # never opened (and filled): files
+        if not self.fits(tensors):  # never opened (and filled), full or too small: files
             return False
         slot = self.buffers[self.used]
         at, self.last_bytes = 0, []
