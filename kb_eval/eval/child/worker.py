@@ -39,6 +39,7 @@ import torch.utils.cpp_extension  # noqa: F401
 from kb_eval import clocks
 from kb_eval.devlock import DeviceLock
 from kb_eval.eval.wire import device as device_wire, outputs
+from kb_eval.eval.child import baton
 from kb_eval.eval.child.calls import TimedCalls, Watch, round_ends
 from kb_eval.eval.child.observe import OutputTypeError, observe, output_tensors
 from kb_eval.eval.child.paired import ROUNDS_FILE, time_paired
@@ -103,6 +104,7 @@ def use_build_dirs(payload: dict) -> None:
     """Where load_inline and Triton find (or put) this source's build: its cache folder."""
     ext = payload.get("extensions_dir")
     if ext:
+        baton.install()  # a killed child's build lock must not stall the next load
         os.environ["TORCH_EXTENSIONS_DIR"] = ext
         os.environ["TRITON_CACHE_DIR"] = str(Path(ext) / "triton")
 

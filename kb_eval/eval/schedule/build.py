@@ -87,9 +87,10 @@ def clear_batons(root: Path, since: float | None = None,
     returns how many. A child killed while torch held one (a time limit, Ctrl-C, a load
     over its budget) left it behind, and every later load of that build waited on it
     until its load budget ran out: a `timeout` charged to the candidate (reproduced on
-    the CPU with a lock left in a cached build). So a run removes, once all its children
-    have ended, the locks made since it started, and at its start those older than any
-    build or run may hold one (another run's children may hold younger ones)."""
+    the CPU with a lock left in a cached build). Our children's locks are taken over once
+    their holder is dead (eval/child/baton.py); for the rest, a run removes, once all its
+    children have ended, the locks made since it started, and at its start those older
+    than any build or run may hold one (another run's children may hold younger ones)."""
     removed = 0
     for lock in Path(root).glob("*/*/lock"):
         try:

@@ -1,0 +1,108 @@
+"""torch's build lock in our children (eval/child/baton.py): a lock whose holder was
+SIGKILLed is taken over at once, a live holder's is waited on, a lock file not made by us
+is left alone, and a cached C++ build whose lock a killed child left still loads: the
+candidate is judged, not timed out (the `--resume` after a killed run that showed it)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from torch.utils.file_baton import FileBaton
+
+from candidates import eval_kit as kit
+from kb_eval.eval import EvalConfig, evaluate
+from kb_eval.eval.child import baton
+from kb_eval.problems import load_problems
+from kb_eval.timing import TimingSettings
+
+HOLD = """
+import sys, time
+from torch.utils.file_baton import FileBaton
+from kb_eval.eval.child import baton
+baton.install()
+print(FileBaton(sys.argv[1]).try_acquire(), flush=True)
+time.sleep(600)
+"""
+
+
+def holder(lock: Path) -> subprocess.Popen:
+    """A process that took the baton at `lock` (with our FileBaton) and holds it."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(lock)], stdout=subprocess.PIPE,
+                            text=True, cwd=kit.REPO)
+    assert proc.stdout.readline().strip() == "True"
+    return proc
+
+
+def killed_holder(lock: Path) -> None:
+    proc = holder(lock)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert lock.read_bytes() == baton.MARK  # left behind, as a killed load leaves it
+
+
+@pytest.fixture
+def ours():
+    saved = FileBaton.try_acquire, FileBaton.wait, FileBaton.release
+    baton.install()
+    yield
+    FileBaton.try_acquire, FileBaton.wait, FileBaton.release = saved
+
+
+def test_a_dead_holders_lock_is_taken(tmp_path, ours):
+    lock = tmp_path / "lock"
+    killed_holder(lock)
+    b = FileBaton(str(lock))
+    assert b.try_acquire()
+    assert FileBaton(str(lock)).try_acquire() is False  # now ours, held
+    b.release()
+    assert not lock.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no temporary file left
+
+
+def test_a_live_holder_is_waited_for_until_it_dies(tmp_path, ours):
+    lock = tmp_path / "lock"
+    proc = holder(lock)
+    try:
+        b = FileBaton(str(lock), wait_seconds=0.05)
+        assert b.try_acquire() is False
+        assert lock.exists()
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        started = time.monotonic()
+        b.wait()  # the holder died while we waited: the wait ends
+        assert time.monotonic() - started < 5
+        assert not lock.exists()
+    finally:
+        proc.kill()
+
+
+def test_a_lock_file_not_ours_is_left_to_torchs_rule(tmp_path, ours):
+    lock = tmp_path / "lock"
+    lock.write_text("")  # as torch's own FileBaton makes it: no mark, no flock
+    assert FileBaton(str(lock)).try_acquire() is False
+    assert lock.exists()
+
+
+def test_a_cached_build_left_locked_by_a_killed_child_still_loads(tmp_path, build_cache_dir):
+    problem = load_problems(str(kit.PROBLEMS), 1, "1")[0]
+    source = (kit.CPP / "level1_problem1_sample0.py").read_text()
+    config = EvalConfig(backend="cpp", live_baseline=True,
+                        timing=TimingSettings(warmup=1, trials=3), correct_trials=2, jobs=1,
+                        cache_dir=build_cache_dir, results_dir=tmp_path / "r",
+                        run_timeout_s=45)
+    first, = evaluate([(problem, 0, source)], config)
+    assert first.status == "correct", first.error
+    ext = build_cache_dir / "builds" / first.build.cache_key
+    [build] = [d for d in ext.iterdir() if (d / "build.ninja").exists()]
+    killed_holder(build / "lock")  # a child killed inside load_inline's up-to-date check
+    second, = evaluate([(problem, 1, source)], config)
+    assert second.status == "correct", second.error
+    assert second.build.cache_hit
+    assert second.wall_s < 40  # not the run's time limit spent waiting on the lock
+    assert not (build / "lock").exists()
