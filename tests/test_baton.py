@@ -1,7 +1,8 @@
 """torch's build lock in our children (eval/child/baton.py): a lock whose holder was
 SIGKILLed is taken over at once, a live holder's is waited on, a lock file not made by us
-is left alone, and a cached C++ build whose lock a killed child left still loads: the
-candidate is judged, not timed out (the `--resume` after a killed run that showed it)."""
+is left alone; a cached C++ build whose lock a killed child left still loads, and one
+whose builder was killed is built again: the candidate is judged, not timed out (the
+`--resume` after a killed run that showed it)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from torch.utils.file_baton import FileBaton
 from candidates import eval_kit as kit
 from kb_eval.eval import EvalConfig, evaluate
 from kb_eval.eval.child import baton
+from kb_eval.eval.schedule import build as build_step
 from kb_eval.problems import load_problems
 from kb_eval.timing import TimingSettings
 
@@ -25,6 +27,7 @@ HOLD = """
 import sys, time
 from torch.utils.file_baton import FileBaton
 from kb_eval.eval.child import baton
+from kb_eval.eval.schedule import build as build_step
 baton.install()
 print(FileBaton(sys.argv[1]).try_acquire(), flush=True)
 time.sleep(600)
@@ -89,20 +92,40 @@ def test_a_lock_file_not_ours_is_left_to_torchs_rule(tmp_path, ours):
     assert lock.exists()
 
 
-def test_a_cached_build_left_locked_by_a_killed_child_still_loads(tmp_path, build_cache_dir):
+def _cached_build(tmp_path: Path, cache: Path):
+    """A C++ candidate evaluated once (built, or found in the cache): what judges it
+    again, and the folder load_inline builds it in."""
     problem = load_problems(str(kit.PROBLEMS), 1, "1")[0]
     source = (kit.CPP / "level1_problem1_sample0.py").read_text()
     config = EvalConfig(backend="cpp", live_baseline=True,
                         timing=TimingSettings(warmup=1, trials=3), correct_trials=2, jobs=1,
-                        cache_dir=build_cache_dir, results_dir=tmp_path / "r",
-                        run_timeout_s=45)
+                        cache_dir=cache, results_dir=tmp_path / "r", run_timeout_s=45,
+                        build_timeout_s=45)
     first, = evaluate([(problem, 0, source)], config)
     assert first.status == "correct", first.error
-    ext = build_cache_dir / "builds" / first.build.cache_key
+    ext = cache / "builds" / first.build.cache_key
     [build] = [d for d in ext.iterdir() if (d / "build.ninja").exists()]
+    return (lambda sample: list(evaluate([(problem, sample, source)], config))[0]), ext, build
+
+
+def test_a_cached_build_left_locked_by_a_killed_child_still_loads(tmp_path, build_cache_dir):
+    judge, _, build = _cached_build(tmp_path, build_cache_dir)
     killed_holder(build / "lock")  # a child killed inside load_inline's up-to-date check
-    second, = evaluate([(problem, 1, source)], config)
-    assert second.status == "correct", second.error
-    assert second.build.cache_hit
-    assert second.wall_s < 40  # not the run's time limit spent waiting on the lock
+    again = judge(1)
+    assert again.status == "correct", again.error
+    assert again.build.cache_hit
+    assert again.wall_s < 40  # not the run's time limit spent waiting on the lock
     assert not (build / "lock").exists()
+
+
+def test_a_build_whose_builder_was_killed_is_built_again(tmp_path, build_cache_dir):
+    """A run killed while its build child compiled: no cache entry, the lock left. The
+    next run's build takes the lock over and builds; it was a build `timeout` before."""
+    judge, ext, build = _cached_build(tmp_path, build_cache_dir)
+    (ext / build_step.MARKER).unlink()  # the killed build wrote no cache entry
+    killed_holder(build / "lock")
+    again = judge(1)
+    assert again.build.status == "ok" and not again.build.cache_hit, again.build
+    assert again.status == "correct", again.error
+    assert again.wall_s < 40
+    assert (ext / build_step.MARKER).exists() and not (build / "lock").exists()
