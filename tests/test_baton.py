@@ -1,8 +1,8 @@
 """torch's build lock in our children (eval/child/baton.py): a lock whose holder was
-SIGKILLed is taken over at once, a live holder's is waited on, a lock file not made by us
-is left alone; a cached C++ build whose lock a killed child left still loads, and one
-whose builder was killed is built again: the candidate is judged, not timed out (the
-`--resume` after a killed run that showed it)."""
+SIGKILLed is taken over at once; a live holder's is waited on, and a run's sweep leaves
+it; a lock file not made by us is left alone. A cached C++ build whose lock a killed
+child left still loads, and one whose builder was killed is built again: the candidate
+is judged, not timed out (the `--resume` after a killed run that showed it)."""
 
 from __future__ import annotations
 
@@ -90,6 +90,24 @@ def test_a_lock_file_not_ours_is_left_to_torchs_rule(tmp_path, ours):
     lock.write_text("")  # as torch's own FileBaton makes it: no mark, no flock
     assert FileBaton(str(lock)).try_acquire() is False
     assert lock.exists()
+
+
+def test_a_runs_sweep_removes_a_dead_holders_lock_never_a_live_one(tmp_path):
+    """The sweep at a run's end takes the locks made during it (build.clear_batons): a
+    run beside it, sharing the cache, may hold one of ours made then, still building."""
+    live, dead = tmp_path / "a" / "ext" / "lock", tmp_path / "b" / "ext" / "lock"
+    for lock in (live, dead):
+        lock.parent.mkdir(parents=True)
+    killed_holder(dead)
+    proc = holder(live)
+    try:
+        assert build_step.clear_batons(tmp_path, since=0.0) == 1
+        assert live.exists() and not dead.exists()
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+    assert build_step.clear_batons(tmp_path) == 1  # whenever made, once its holder is gone
+    assert not live.exists()
 
 
 def _cached_build(tmp_path: Path, cache: Path):

@@ -40,7 +40,7 @@ def try_acquire(self) -> bool:
         if fd is not None:
             self.fd = fd
             return True
-        if not _remove_if_dead(self.lock_file_path):
+        if remove_if_dead(self.lock_file_path) is False:
             return False
     return False
 
@@ -50,7 +50,7 @@ def wait(self) -> None:
     # fails with an error instead of waiting forever
     while os.path.exists(self.lock_file_path):
         time.sleep(self.wait_seconds)
-        _remove_if_dead(self.lock_file_path)
+        remove_if_dead(self.lock_file_path)
 
 
 def release(self) -> None:
@@ -85,25 +85,36 @@ def _make_locked(path: str) -> int | None:
     return fd
 
 
-def _remove_if_dead(path: str) -> bool:
-    """Remove the lock file at `path` if it is ours and its holder is gone; whether the
-    place may be free now (removed here, or released or replaced meanwhile)."""
+def is_ours(path) -> bool:
+    """Whether the lock file at `path` was made by our FileBaton (it carries the mark)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(MARK)) == MARK
+    except OSError:
+        return False
+
+
+def remove_if_dead(path) -> bool | None:
+    """Remove the lock file at `path` if it is ours and its holder is gone: True when
+    removed here, None when it went or was replaced meanwhile (the place may be free),
+    False when it stays (its holder lives, or it is not ours: no flock tells)."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
-        return True
+        return None
     try:
         if os.read(fd, len(MARK)) != MARK:
-            return False  # not ours: no flock tells whether its holder lives
+            return False
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            return False  # its holder lives
+            return False
         try:
-            if os.stat(path).st_ino == os.fstat(fd).st_ino:
-                os.unlink(path)  # no one else can: a new file needs this one gone first
+            if os.stat(path).st_ino != os.fstat(fd).st_ino:
+                return None
+            os.unlink(path)  # no one else can: a new file needs this one gone first
+            return True
         except FileNotFoundError:
-            pass
-        return True
+            return None
     finally:
         os.close(fd)

@@ -38,6 +38,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from kb_eval.eval.child import baton
 from kb_eval.eval.judge.crashes import crash_info, status_of
 from kb_eval.eval.schedule import nvcc_front, pch
 # call_on_meta is named here so that its children are the build's spares (same module).
@@ -87,12 +88,16 @@ def clear_batons(root: Path, since: float | None = None,
     returns how many. A child killed while torch held one (a time limit, Ctrl-C, a load
     over its budget) left it behind, and every later load of that build waited on it
     until its load budget ran out: a `timeout` charged to the candidate (reproduced on
-    the CPU with a lock left in a cached build). Our children's locks are taken over once
-    their holder is dead (eval/child/baton.py); for the rest, a run removes, once all its
-    children have ended, the locks made since it started, and at its start those older
-    than any build or run may hold one (another run's children may hold younger ones)."""
+    the CPU with a lock left in a cached build). Our children's locks (eval/child/baton.py)
+    are removed when their holder is dead, whenever made, and never while it lives (a
+    run beside this one may hold one). For the rest, a run removes, once all its children
+    have ended, the locks made since it started, and at its start those older than any
+    build or run may hold one (another run's children may hold younger ones)."""
     removed = 0
     for lock in Path(root).glob("*/*/lock"):
+        if baton.is_ours(lock):
+            removed += bool(baton.remove_if_dead(lock))
+            continue
         try:
             made = lock.stat().st_mtime
             if (since is not None and made >= since) or (before is not None and made < before):
