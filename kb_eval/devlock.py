@@ -68,8 +68,9 @@ class DeviceLock:
 
     def release(self) -> None:
         if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)  # first: a trace that fails must not keep the device held
             self._trace("-")
-            os.close(self._fd)
         self._fd = self._mode = None
 
     def _trace(self, event: str) -> None:
@@ -77,11 +78,14 @@ class DeviceLock:
         short O_APPEND write, so the lines of several processes never interleave."""
         if trace := os.environ.get(TRACE_VAR):
             line = f"{time.monotonic():.6f} {os.getpid()} {self.path.stem} {self._mode} {event}\n"
-            fd = os.open(trace, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-            try:
-                os.write(fd, line.encode())
-            finally:
-                os.close(fd)
+            try:  # a diagnostic: a trace that cannot be written never fails a hold
+                fd = os.open(trace, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+                try:
+                    os.write(fd, line.encode())
+                finally:
+                    os.close(fd)
+            except OSError:
+                pass
 
     @property
     def mode(self) -> str | None:

@@ -43,3 +43,17 @@ def test_the_lock_logs_its_holds_only_when_asked(tmp_path, monkeypatch):
     times = [float(t) for t, *_ in lines]
     assert times == sorted(times)
     assert set(hold_shares(trace)) == {"exclusive", "shared", "none"}
+
+
+def test_a_trace_that_cannot_be_written_never_keeps_the_device(tmp_path, monkeypatch):
+    """The trace is a diagnostic: where it cannot be written (here a folder stands at its
+    path), holds are taken and given back as without it."""
+    path, trace = tmp_path / "d.lock", tmp_path / "holds"
+    trace.mkdir()
+    monkeypatch.setenv(TRACE_VAR, str(trace))
+    lock, other = DeviceLock(path), DeviceLock(path)
+    lock.acquire("exclusive")
+    lock.release()
+    assert lock.mode is None
+    other.acquire("exclusive")  # free again: it would block for ever if still held
+    other.release()
