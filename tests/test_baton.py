@@ -6,8 +6,10 @@ is judged, not timed out (the `--resume` after a killed run that showed it)."""
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -90,6 +92,42 @@ def test_a_lock_file_not_ours_is_left_to_torchs_rule(tmp_path, ours):
     lock.write_text("")  # as torch's own FileBaton makes it: no mark, no flock
     assert FileBaton(str(lock)).try_acquire() is False
     assert lock.exists()
+
+
+def test_another_hosts_lock_is_left_to_torchs_rule(tmp_path, ours):
+    """On a cache shared between nodes a flock taken on another host may not show here:
+    its lock file is waited on, and only a run's sweep by age removes it."""
+    lock = tmp_path / "a" / "ext" / "lock"
+    lock.parent.mkdir(parents=True)
+    lock.write_bytes(baton.MARK.replace(socket.gethostname().encode(), b"another-node"))
+    assert FileBaton(str(lock)).try_acquire() is False
+    assert baton.remove_if_dead(lock) is False
+    assert build_step.clear_batons(tmp_path, before=0.0) == 0  # younger than that: kept
+    assert build_step.clear_batons(tmp_path, before=time.time() + 60) == 1
+
+
+def test_a_holder_releases_only_its_own_lock_file(tmp_path, ours):
+    lock = tmp_path / "lock"
+    b = FileBaton(str(lock))
+    assert b.try_acquire()
+    lock.unlink()
+    lock.write_text("")  # someone else's now (a sweep took ours: it must not take theirs)
+    b.release()
+    assert lock.exists() and b.fd is None
+
+
+def test_where_links_fail_the_baton_is_torchs(tmp_path, ours, monkeypatch):
+    """A file system without hard links (or flock): torch's O_EXCL baton, unmarked."""
+    def no_links(src, dst):
+        raise OSError(errno.EPERM, "links not supported here")
+
+    monkeypatch.setattr(os, "link", no_links)
+    lock = tmp_path / "lock"
+    b = FileBaton(str(lock))
+    assert b.try_acquire()
+    assert lock.read_bytes() == b"" and FileBaton(str(lock)).try_acquire() is False
+    b.release()
+    assert not lock.exists() and list(tmp_path.iterdir()) == []
 
 
 def test_a_runs_sweep_removes_a_dead_holders_lock_never_a_live_one(tmp_path):

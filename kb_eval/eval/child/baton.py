@@ -7,23 +7,31 @@ any other process that finds the file waits until it is gone. A holder killed in
 build waited until its own time limit: a `timeout` charged to the candidate for a kill of
 ours (seen: a run killed while a child loaded a cached build, then `--resume`).
 
-In our children the lock file is born locked: written beside its place with a mark,
-flock'ed, then hard-linked into place (atomic like O_EXCL). The kernel drops a flock when
-its holder dies, so a marked lock file whose flock can be taken belongs to a dead holder;
-it is removed and the baton taken (or waited for again). A lock file without the mark
-(torch's own, another program's) is waited on as torch does; the run's sweep of old
-locks (schedule/build.py: clear_batons) is for those.
+In our children the lock file is born locked: written beside its place with a mark that
+names this host, flock'ed, then hard-linked into place (atomic like O_EXCL). The kernel
+drops a flock when its holder dies, so a lock file with this host's mark whose flock can
+be taken belongs to a dead holder; it is removed and the baton taken (or waited for
+again). Any other lock file (torch's own, another host's on a shared cache, whose flock
+this host may not see) is waited on as torch does; the run's sweep of old locks
+(schedule/build.py: clear_batons) is for those. Where the cache's file system cannot
+link or flock, the baton is torch's.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
+import socket
 import threading
 import time
 
-MARK = b"kb-eval baton: flock'ed by its holder\n"
-_TRIES = 3  # a lock file replaced under us this often in a row: someone else holds it
+MARK = f"kb-eval baton on {socket.gethostname()}: flock'ed by its holder\n".encode()
+_TRIES = 10  # lock files replaced under us this often in a row: wait as torch does
+
+
+class _NoFlockHere(OSError):
+    """The file system cannot link or flock: torch's baton instead."""
 
 
 def install() -> None:
@@ -31,33 +39,45 @@ def install() -> None:
     from torch.utils.file_baton import FileBaton
 
     if FileBaton.try_acquire is not try_acquire:
+        FileBaton.kb_torch_acquire = FileBaton.try_acquire
         FileBaton.try_acquire, FileBaton.wait, FileBaton.release = try_acquire, wait, release
 
 
 def try_acquire(self) -> bool:
     for _ in range(_TRIES):
-        fd = _make_locked(self.lock_file_path)
+        try:
+            fd = _make_locked(self.lock_file_path)
+        except _NoFlockHere:
+            return self.kb_torch_acquire()
         if fd is not None:
             self.fd = fd
             return True
         if remove_if_dead(self.lock_file_path) is False:
-            return False
+            return False  # a live holder, or a lock not ours
     return False
 
 
 def wait(self) -> None:
-    # torch then imports the build: if its dead holder left it half made, that import
-    # fails with an error instead of waiting forever
+    # torch imports the build once this returns: a holder that died mid-build leaves it
+    # half made, and that import fails (a build child's failure without a compiler's
+    # diagnostic is ours and built again: schedule/build.py); a wait never lasts for ever
     while os.path.exists(self.lock_file_path):
         time.sleep(self.wait_seconds)
         remove_if_dead(self.lock_file_path)
 
 
 def release(self) -> None:
-    # removed before the flock goes: whoever takes the flock then finds the file gone
-    # (or another holder's), never this live holder's file to remove
-    os.remove(self.lock_file_path)
-    if self.fd is not None:
+    # removed before the flock goes, and only our own file: whoever takes the flock then
+    # finds the file gone (or another holder's), never this live holder's to remove
+    if self.fd is None:
+        os.remove(self.lock_file_path)
+        return
+    try:
+        if os.stat(self.lock_file_path).st_ino == os.fstat(self.fd).st_ino:
+            os.remove(self.lock_file_path)
+    except FileNotFoundError:
+        pass
+    finally:
         os.close(self.fd)
         self.fd = None
 
@@ -66,7 +86,7 @@ def _make_locked(path: str) -> int | None:
     """A descriptor holding the flock of a new marked lock file at `path`; None if a lock
     file is there."""
     tmp = f"{path}.{os.getpid()}.{threading.get_ident()}"
-    fd = os.open(tmp, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o644)
+    fd = os.open(tmp, os.O_CREAT | os.O_TRUNC | os.O_RDWR, 0o644)
     try:
         os.write(fd, MARK)
         fcntl.flock(fd, fcntl.LOCK_EX)
@@ -74,6 +94,12 @@ def _make_locked(path: str) -> int | None:
     except FileExistsError:
         os.close(fd)
         return None
+    except OSError as e:
+        os.close(fd)
+        if e.errno in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOLCK,
+                       errno.EBADF, errno.EMLINK, errno.ENOSYS):
+            raise _NoFlockHere(str(e)) from e
+        raise
     except BaseException:
         os.close(fd)
         raise
@@ -85,36 +111,47 @@ def _make_locked(path: str) -> int | None:
     return fd
 
 
-def is_ours(path) -> bool:
-    """Whether the lock file at `path` was made by our FileBaton (it carries the mark)."""
+def _open(path) -> int:
+    """The lock file opened for its flock (read-write: NFS's flock needs it)."""
     try:
-        with open(path, "rb") as f:
-            return f.read(len(MARK)) == MARK
-    except OSError:
-        return False
+        return os.open(path, os.O_RDWR)
+    except PermissionError:
+        return os.open(path, os.O_RDONLY)
 
 
 def remove_if_dead(path) -> bool | None:
     """Remove the lock file at `path` if it is ours and its holder is gone: True when
     removed here, None when it went or was replaced meanwhile (the place may be free),
-    False when it stays (its holder lives, or it is not ours: no flock tells)."""
+    False when it stays (its holder lives, it is not ours, or no flock tells)."""
+    return sweep(path, foreign=lambda made: False)
+
+
+def sweep(path, foreign) -> bool | None:
+    """`remove_if_dead`, and a lock file that is not ours removed when `foreign(its
+    mtime)` says so; all read through one descriptor, and only that file removed."""
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = _open(path)
     except FileNotFoundError:
         return None
+    except OSError:
+        return False
     try:
-        if os.read(fd, len(MARK)) != MARK:
+        if os.read(fd, len(MARK)) == MARK:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                return False  # its holder lives (or this file system cannot tell)
+        elif not foreign(os.fstat(fd).st_mtime):
             return False
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False
-        try:
-            if os.stat(path).st_ino != os.fstat(fd).st_ino:
-                return None
-            os.unlink(path)  # no one else can: a new file needs this one gone first
-            return True
-        except FileNotFoundError:
+        if os.stat(path).st_ino != os.fstat(fd).st_ino:
             return None
+        # no one else removes it now: a new lock file needs this one gone first, and our
+        # own lock files' removers hold their flock
+        os.unlink(path)
+        return True
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return False
     finally:
         os.close(fd)

@@ -93,19 +93,10 @@ def clear_batons(root: Path, since: float | None = None,
     run beside this one may hold one). For the rest, a run removes, once all its children
     have ended, the locks made since it started, and at its start those older than any
     build or run may hold one (another run's children may hold younger ones)."""
-    removed = 0
-    for lock in Path(root).glob("*/*/lock"):
-        if baton.is_ours(lock):
-            removed += bool(baton.remove_if_dead(lock))
-            continue
-        try:
-            made = lock.stat().st_mtime
-            if (since is not None and made >= since) or (before is not None and made < before):
-                lock.unlink()
-                removed += 1
-        except OSError:
-            pass
-    return removed
+    def foreign(made: float) -> bool:
+        return (since is not None and made >= since) or (before is not None and made < before)
+
+    return sum(bool(baton.sweep(lock, foreign)) for lock in Path(root).glob("*/*/lock"))
 
 
 def clear_old_batons(cache_dir: Path, build_timeout_s: float, run_timeout_s: float) -> float:
