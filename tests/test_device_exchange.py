@@ -190,8 +190,9 @@ def test_a_child_copies_into_buffers_the_server_exported(tmp_path):
 @GPU
 def test_a_short_device_hands_over_as_many_buffers_as_fit():
     """Exported with `at_least`: the buffers that fit, if that many; without it, all or an
-    error. The server's export gives back what it keeps first, then asks so
-    (reference_worker.export_buffers)."""
+    error. The server's export, beside timing steps, gives nothing back and answers
+    `short`; asked again with `give_back` (a shared turn), it gives back what it keeps
+    first, then asks so (reference_worker.export_buffers)."""
     from kb_eval.eval.judge import reference_worker
     from kb_eval.eval.wire.device import CudaError, Exported
 
@@ -208,12 +209,14 @@ def test_a_short_device_hands_over_as_many_buffers_as_fit():
         some = Exported(4, size, device, at_least=2)
         assert len(some.handles) == len(some.views()) == 2
         some.free()
-        answer = reference_worker.export_buffers(
-            {"key": "short", "n": 4, "bytes": size, "at_least": 2}, device)
+        spec = {"key": "short", "n": 4, "bytes": size, "at_least": 2}
+        assert reference_worker.export_buffers(spec, device)["short"] is True
+        answer = reference_worker.export_buffers({**spec, "give_back": True}, device)
         assert len(answer["handles"]) == 2, answer
         reference_worker.free_buffers("short")
-        assert "error" in reference_worker.export_buffers(
-            {"key": "short", "n": 4, "bytes": size, "at_least": 3}, device)
+        answer = reference_worker.export_buffers({**spec, "at_least": 3, "give_back": True},
+                                                 device)
+        assert "error" in answer and "short" not in answer
     finally:
         del hog
         torch.cuda.empty_cache()

@@ -153,7 +153,9 @@ def test_calls_that_start_a_sample_get_the_server_before_those_that_end_one():
 
 def test_an_export_of_output_buffers_does_not_wait_for_a_timed_region(tmp_path):
     """An export launches no kernel (wire/device.Exported): it runs beside a neighbour's
-    timing step, holding nothing, where a comparison waits for the device."""
+    timing step, holding nothing, where a plan waits for the device, and so does an
+    export that gives back what the server keeps (the reference rounds of that timing
+    step keep theirs to the end)."""
     from kb_eval.devlock import DeviceLock
 
     ctx = EvalContext.create(EvalConfig(backend="cpp", results_dir=tmp_path / "results",
@@ -173,11 +175,16 @@ def test_an_export_of_output_buffers_does_not_wait_for_a_timed_region(tmp_path):
         assert "export" in answered  # answered (a CPU has no buffers: an error) at once
         plan = threading.Thread(target=call, args=("plan", {
             "plan": True, "problem_code": PROBLEM, "precision": "fp32", "sizes": SIZES}))
+        giving_back = threading.Thread(target=call, args=("give_back", {"export": {
+            "key": "k", "n": 1, "bytes": 1 << 20, "give_back": True}}))
         plan.start()
+        giving_back.start()
         plan.join(0.5)
-        assert plan.is_alive()  # untimed device work waits for the timing step
+        giving_back.join(0.1)
+        assert plan.is_alive() and giving_back.is_alive()  # they wait for the timing step
     finally:
         timing.release()
         plan.join(60)
+        giving_back.join(60)
         store.close()
-    assert answered["plan"].ok
+    assert answered["plan"].ok and answered["give_back"].ok

@@ -267,23 +267,27 @@ def compare_sample(payload: dict, workdir: Path) -> dict:
 
 def export_buffers(spec: dict, device: torch.device) -> dict:
     """Buffers for one sample's outputs (wire/device.py), kept until free_buffers: all
-    `n` asked, or when the device is short, what this server keeps of its problems given
-    back first and as many as then fit (`at_least` of them, else none). Before, one buffer
-    short meant none: on the H100 a KernelBench norm (four 7.5 GB outputs checked) then
-    sent every output through files, 10-20 s of a sample that runs alone, in one run of
-    two."""
+    `n` asked, or {"short": True} when they do not fit beside what this server keeps.
+    With `give_back` (asked again in a shared turn of the device: references.export), what
+    this server keeps of its problems is given back first and as many as then fit are
+    made (`at_least` of them, else none). Before, one buffer short meant none: on the
+    H100 a KernelBench norm (four 7.5 GB outputs checked) then sent every output through
+    files, 10-20 s of a sample that runs alone, in one run of two."""
     free_buffers(spec["key"])  # a retry of the same sample
     n, nbytes, at_least = int(spec["n"]), int(spec["bytes"]), spec.get("at_least")
     try:
-        try:
-            # Nothing given back first: an export runs beside another sample's timing
-            # step (references.py), whose reference rounds keep their blocks cached to
-            # the last round (_time_round); only a device short of room takes them.
-            exported = device_wire.Exported(n, nbytes, device)
-        except device_wire.CudaError:
+        if spec.get("give_back"):
             _LOADED.clear()  # kept models and outputs: a later comparison computes them again
             release(device, force=True)
             exported = device_wire.Exported(n, nbytes, device, at_least=at_least)
+        else:
+            # Nothing given back: this runs beside other samples' timing steps, whose
+            # reference rounds keep their model and cached blocks to the last round
+            # (_time_round); emptied mid-step, the next round would load and map afresh.
+            try:
+                exported = device_wire.Exported(n, nbytes, device)
+            except device_wire.CudaError as e:
+                return {"short": True, "error": str(e)[:300]}
     except (device_wire.CudaError, ValueError) as e:  # no room, or too many: files
         # (an answer, not a failed call: that would end this server and what it keeps)
         return {"error": str(e)[:300]}

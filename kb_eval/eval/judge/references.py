@@ -340,9 +340,13 @@ class ReferenceStore:
         """`n` buffers of `nbytes` on `device` for one sample's outputs (wire/device.py),
         or as many as fit but no fewer than `at_least`: {"handles", "bytes"} for the
         child's payload, or None (files then) when the server could not allocate them."""
-        out = self._call(device, {"export": {"key": key, "n": n, "bytes": nbytes,
-                                             "at_least": at_least},
-                                  "device": self.ctx.torch_device(device)})
+        spec = {"key": key, "n": n, "bytes": nbytes, "at_least": at_least}
+        out = self._call(device, {"export": spec, "device": self.ctx.torch_device(device)})
+        if out.ok and (out.result or {}).get("short"):
+            # the server gives back what it keeps, then makes what fits: in a shared turn,
+            # never beside a timing step (its reference rounds keep theirs to the end)
+            out = self._call(device, {"export": {**spec, "give_back": True},
+                                      "device": self.ctx.torch_device(device)})
         return out.result if out.ok and (out.result or {}).get("handles") else None
 
     def free_exchange(self, device: str, key: str) -> None:
@@ -474,15 +478,17 @@ class ReferenceStore:
     def _call(self, device: str, payload: dict) -> ChildOutcome:
         """One server call, under the device's timing lock (kb_eval/devlock.py): alone
         when it times something (a live baseline, the device's floor figures), else
-        shared with the candidate children's untimed work, except an export, which
-        launches nothing (wire/device.Exported) and so may run beside a timed call: the
-        next samples' buffers are ready when the device's next shared turn comes, their
-        children waiting for it, instead of being made in that turn, after it. The
+        shared with the candidate children's untimed work, except an export that gives
+        nothing back, which launches nothing (wire/device.Exported) and so may run beside
+        a timed call: the next samples' buffers are ready when the device's next shared
+        turn comes, their children waiting for it, instead of being made in that turn,
+        after it. The
         device lock is taken before the server's: a paired-timing round (time_round,
         inside a candidate's timing step) must get the server while another lane waits
         for the device."""
+        beside = payload.get("export") and not payload["export"].get("give_back")
         mode = ("exclusive" if payload.get("timing") or payload.get("device_floor")
-                else None if payload.get("export") else "shared")
+                else None if beside else "shared")
         lock = (device_lock(self.ctx.lock_path(device), mode) if mode
                 else contextlib.nullcontext())
         with lock, self._server_locks[device].held(payload):
