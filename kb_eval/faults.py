@@ -8,7 +8,9 @@ Points: `reference_kill` (the reference server kills itself in the middle of a s
 `judge_exception` (an exception in the parent while it judges a sample), `setup_oom` (a
 candidate's child runs out of device memory in its setup, before the candidate's code),
 `draw_oom` (the child runs out of device memory drawing a correctness trial's inputs),
-`round_oom` (the reference server runs out of device memory in a paired round).
+`round_oom` (the reference server runs out of device memory in a paired round),
+`exchange_open` (a candidate's child cannot open the device buffers handed over for its
+outputs).
 """
 
 from __future__ import annotations

@@ -222,6 +222,35 @@ def test_a_short_device_hands_over_as_many_buffers_as_fit():
         torch.cuda.empty_cache()
 
 
+@pytest.mark.gpu
+@pytest.mark.slow
+@GPU
+def test_buffers_a_child_cannot_open_mean_files(tmp_path, build_cache_dir, monkeypatch):
+    """A child that cannot open (and fill) the buffers handed over ends before candidate
+    code (the server would read a buffer a header names, unfilled: an earlier reference
+    output of the same trial may be there); the sample is evaluated again through files
+    and judged as ever."""
+    from kb_eval.faults import VAR
+
+    src = tmp_path / "problems" / "level1"
+    src.mkdir(parents=True)
+    (src / "1_ScaleAddLarge.py").write_text(large_problem())
+    problem = load_problems(str(tmp_path / "problems"))[0]
+    faults = tmp_path / "faults"
+    faults.mkdir()
+    monkeypatch.setenv(VAR, str(faults))
+    cfg = EvalConfig(backend="cuda", live_baseline=True, timing=TimingSettings(warmup=3, trials=20),
+                     cache_dir=build_cache_dir, results_dir=tmp_path / "r", run_timeout_s=300)
+    for armed in ("once", "always"):
+        (faults / "exchange_open").write_text(armed)
+        [record] = evaluate([(problem, 0, reference_copy(problem))], cfg)
+        assert record.status == "correct", record
+        assert "export" in record.phases and not record.retried
+        # fired (once: removed); the files' try hands over no buffers, so never again
+        assert (faults / "exchange_open").exists() == (armed == "always")
+    shutil.rmtree(tmp_path / "r", ignore_errors=True)
+
+
 def large_problem() -> str:
     """The test suite's ScaleAdd at 2048 x 2048 (16 MB outputs: handed over on the device)."""
     text = (kit.PROBLEMS / "level1" / "1_ScaleAdd.py").read_text()

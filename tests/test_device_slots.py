@@ -162,6 +162,22 @@ def test_a_sample_of_unknown_size_keeps_its_place_past_its_timing():
     assert b.running
 
 
+def test_a_sample_of_unknown_size_waits_for_those_past_their_timing():
+    """Past its timing a sample of known size gives its place to one of known size, whose
+    memory is checked; one of unknown size is limited by the depth alone, so it counts
+    every child alive."""
+    slots = DeviceSlots(2)
+    a, x = Sample(slots, 4, 12), Sample(slots, 4, 12)
+    a.slot.timed()
+    b = Sample(slots, 0, 0)
+    assert b.waiting  # a's child still runs: two alive
+    d = Sample(slots, 4, 12)  # of known size: it fits beside a's charge (and passes b)
+    assert d.running and b.waiting
+    a.end()
+    d.end()
+    assert b.running
+
+
 def test_a_retry_takes_a_place_again_once_one_is_free():
     slots = DeviceSlots(1)
     a = Sample(slots, 2)

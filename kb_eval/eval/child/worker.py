@@ -152,8 +152,11 @@ def run_candidate(payload: dict, workdir: Path) -> dict:
         (Path(payload["paired"]["dir"]) / "pid").write_text(str(os.getpid()))
     use_build_dirs(payload)
     if payload.get("exchange"):
-        _SLOTS.append(device_wire.Slots(payload["exchange"], device))
-        _SLOTS[-1].open()  # and filled, before candidate code exists here
+        slots = device_wire.Slots(payload["exchange"], device)
+        why = slots.open()  # and filled, before candidate code exists here
+        if why is not None:
+            return {"status": device_wire.UNOPENED, "phase": "setup", "error": why}
+        _SLOTS.append(slots)
     module, init = load_problem(payload["problem_code"], precision, device)
     ref_state = reference_model(module, copy_tree(init), precision, device).state_dict()
     # Drawn before candidate code exists in this process, so it cannot steer them, and

@@ -51,6 +51,11 @@ CHILD_FOOTPRINT = 3  # a child in flight, in reference footprints (module docstr
 WAITING_LANES = 2
 
 
+def intake_cap(depth: int) -> int:
+    """Samples a device's lanes hold before or in their timing step (DeviceSlots.intake)."""
+    return depth + (WAITING_LANES if depth > 1 else 0)
+
+
 def lanes_per_device(depth: int) -> int:
     """Lane threads of a device: `depth` in flight, as many past their timing (their
     places given back: `Slot.timed`), and (depth > 1) a few waiting."""
@@ -91,7 +96,7 @@ class DeviceSlots:
         self.running: dict[int, _Sample] = {}  # by ticket
         # Samples the device's lanes took that are not past their timing (`intake`): the
         # lanes past theirs take no more, so one device does not hoard a run's samples.
-        self.intake_cap = depth + (WAITING_LANES if depth > 1 else 0)
+        self.intake_cap = intake_cap(depth)
         self.taken = 0
 
     @contextmanager
@@ -138,9 +143,10 @@ class DeviceSlots:
         return [r for r in self.running.values() if not r.timed]
 
     def _fits(self, s: "_Sample") -> bool:
-        """Whether `s` fits beside the samples running."""
+        """Whether `s` fits beside the samples running (one of unknown size: the depth
+        alone limits it, so every child alive counts, those past their timing too)."""
         running = list(self.running.values())
-        if len(self._in_flight()) >= self.depth:
+        if len(self._in_flight() if s.charge.free else running) >= self.depth:
             return False
         return (not running or not s.charge.free  # unknown: the depth alone limits it
                 or _total([r.charge for r in running + [s]]) <= s.charge.free)

@@ -21,10 +21,10 @@ from kb_eval.eval.judge.verdict import child_failure, judge_sample, labels_to_ch
 from kb_eval.eval.schedule.build import BuildOutcome, source_sha256
 from kb_eval.eval.schedule.context import EvalContext, is_cpu
 from kb_eval.eval.schedule.exchange import Exchange, checked_calls, exchange_for
-from kb_eval.eval.schedule.overlap import Budgets, Slot
+from kb_eval.eval.schedule.overlap import Budgets, Slot, intake_cap
 from kb_eval.eval.schedule.pairing import finish_pairing, start_pairing
 from kb_eval.eval.schedule.reaper import sweep_escapees
-from kb_eval.eval.wire.device import slot_size
+from kb_eval.eval.wire.device import UNOPENED, slot_size
 from kb_eval.eval.wire.labels import PROBE_LABEL
 from kb_eval.faults import inject_fault
 from kb_eval.isolation import ChildOutcome, run_isolated, start_spares
@@ -131,11 +131,17 @@ def evaluate_once(ctx: EvalContext, refs: ReferenceStore, task: SampleTask,
                       task.exchange_bytes > 0) as exchange:
         if exchange is not None:
             task.laps.lap("export")
-        return _evaluate(ctx, refs, task, device, exchange)
+        record = _evaluate(ctx, refs, task, device, exchange)
+    if record is None:  # the child could not open the buffers (ours): again, with files
+        task.exchange_bytes = 0
+        return evaluate_once(ctx, refs, task, device)
+    return record
 
 
 def _evaluate(ctx: EvalContext, refs: ReferenceStore, task: SampleTask, device: str,
-              exchange: Exchange | None) -> SampleRecord:
+              exchange: Exchange | None) -> SampleRecord | None:
+    """The sample's record; None when its child could not open the buffers handed over
+    (it ended before candidate code ran)."""
     cfg = ctx.config
     record = new_record(ctx, task)
     record.build = task.build.info
@@ -147,9 +153,9 @@ def _evaluate(ctx: EvalContext, refs: ReferenceStore, task: SampleTask, device: 
                             _timing(cfg, task))
     window = _WINDOWS.begin()
     # The budgets enforce the run timeout less the time queued for the timing lock (at
-    # most the neighbours' runs, depth - 1 of them); this is the hard cap.
+    # most the runs of the other samples the device's lanes took); this is the hard cap.
     out = run_isolated(CHILD_TARGET, payload, workdir=run_dir,
-                       timeout_s=cfg.run_timeout_s * cfg.lane_depth,
+                       timeout_s=cfg.run_timeout_s * intake_cap(cfg.lane_depth),
                        mem_limit_mb=cfg.mem_limit_mb, env=ctx.device_env(device),
                        prewarm=True, warm_cuda=not is_cpu(device),
                        budget=Budgets(run_dir, cfg, task.past_timing))
@@ -177,6 +183,8 @@ def _evaluate(ctx: EvalContext, refs: ReferenceStore, task: SampleTask, device: 
             _crashed(record, out, phase)
             return finish(record, task)
         result["probe_error"] = f"the call {out.describe()}"  # only the probe was lost
+    if result.get("status") == UNOPENED and exchange is not None:
+        return None  # said in setup, before candidate code: the child's word holds
     record.compiled = result.get("status") != "compile_error"
     task.laps.seconds.update(_child_steps(result.get("steps")))
     if result.get("status") != "ok":

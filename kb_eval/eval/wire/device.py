@@ -32,6 +32,7 @@ from pathlib import Path
 import torch
 
 from kb_eval.eval.wire import outputs
+from kb_eval.faults import inject_fault
 
 SLOT_ALIGN = 2 << 20  # buffers in whole 2 MiB pages: an IPC mapping never shares one
 MAX_SLOTS = 64
@@ -139,6 +140,11 @@ class Exported:
         self.ptrs = []
 
 
+# The child's status when the buffers handed over could not be opened and filled: it
+# ends before candidate code, and the sample is evaluated again through files.
+UNOPENED = "exchange_unopened"
+
+
 class Slots:
     """The child's side: the server's buffers, opened at the first use; `put` copies one
     call's outputs into the next free one and writes the label's header file. Buffers
@@ -152,22 +158,27 @@ class Slots:
         # will judge, compared with the outputs later to see a write after the save.
         self.last_bytes: list[torch.Tensor] = []
 
-    def open(self) -> None:
+    def open(self) -> str | None:
         """Open the buffers and fill them with all-ones bytes, before candidate code runs
         in this process (worker.run_candidate's setup): fresh device memory may hold what
         an earlier sample or the server left there (a reference output of the same
         trial), and all-ones bytes are NaN in every float type, so a header with no copy
         behind it judges as wrong. The server's export launches nothing, so that it can
         run beside a neighbour's timed calls; the child's setup holds the device shared.
-        Buffers that cannot be opened mean files."""
+        Returns why buffers handed over could not be opened and filled (None: they were,
+        or none came). Then no candidate code may run in this child: the server would
+        still read a buffer that a header names, unfilled (UNOPENED)."""
         if not self.spec.get("handles"):
-            return
+            return None
         try:
+            inject_fault("exchange_open")
             for view in self._open():
                 view.fill_(0xFF)
             torch.cuda.synchronize(self.device)
-        except CudaError:  # ours, never the candidate's: files for the rest of the run
+        except Exception as e:  # noqa: BLE001 - ours, never the candidate's
             self.spec, self.buffers = {}, None
+            return f"{type(e).__name__}: {e}"[:300]
+        return None
 
     def _open(self) -> list[torch.Tensor]:
         if self.buffers is None:
