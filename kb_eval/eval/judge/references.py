@@ -482,10 +482,9 @@ class ReferenceStore:
         nothing back, which launches nothing (wire/device.Exported) and so may run beside
         a timed call: the next samples' buffers are ready when the device's next shared
         turn comes, their children waiting for it, instead of being made in that turn,
-        after it. The
-        device lock is taken before the server's: a paired-timing round (time_round,
-        inside a candidate's timing step) must get the server while another lane waits
-        for the device."""
+        after it. The device lock is taken before the server's: a paired-timing round
+        (time_round, inside a candidate's timing step) must get the server while another
+        lane waits for the device."""
         beside = payload.get("export") and not payload["export"].get("give_back")
         mode = ("exclusive" if payload.get("timing") or payload.get("device_floor")
                 else None if beside else "shared")
