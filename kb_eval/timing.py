@@ -400,21 +400,29 @@ _TIMERS: dict[tuple[str, bool, float], "_CudaTimer"] = {}
 
 
 def timer_for(device: torch.device, flush_l2: bool = True, spin_up_s: float = 0.01,
-              cover_ms: float = 0.0) -> "_CpuTimer | _CudaTimer":
+              cover_ms: float = 0.0, first_spin_s: float = 0.03) -> "_CpuTimer | _CudaTimer":
     """The process's timer for `device`: a CUDA timer (its flush buffer and calibration)
-    is made once and reused by every round. Each use spins the GPU up again for
-    `spin_up_s`, so a round that follows an idle wait (the other side's round, a file
-    read) starts at the clocks the previous one ended at. 20 paired rounds spend 0.4 s of
-    each sample so (TimingSettings.round_spin_up_ms, both sides). `cover_ms`: see
-    TimingSettings.launch_cover_ms."""
+    is made once, after `first_spin_s` of GPU work, and reused by every round. Each later
+    use spins the GPU up again for `spin_up_s`, so a round that follows an idle wait (the
+    other side's round, a file read) starts at the clocks the previous one ended at.
+    `cover_ms`: see TimingSettings.launch_cover_ms."""
     if device.type != "cuda":
         return _CpuTimer()
     key = (str(device), flush_l2, cover_ms)
     if key not in _TIMERS:
-        _TIMERS[key] = _CudaTimer(device, flush_l2, cover_ms)
+        _TIMERS[key] = _CudaTimer(device, flush_l2, cover_ms, first_spin_s)
     elif spin_up_s > 0:
         _TIMERS[key]._spin_up(spin_up_s)
     return _TIMERS[key]
+
+
+# A paired timing's timer is made after at least this much GPU work (its first round
+# spins again): its calibration (the sleep rate that sizes the launch cover) reads the
+# clocks, and the candidate's child comes to it from its warm-up calls, after waiting
+# for the device while another sample's timing step ran. The 30 ms a fresh timer spun
+# before were 0.03 s of each sample's timing step, held alone (H200, 100 cached CUDA
+# candidates: the child's spin-ups 0.06 s a sample, the reference server's 0.03 s).
+ROUND_TIMER_FIRST_SPIN_S = 0.002
 
 
 def round_timer(device: torch.device, settings: TimingSettings,
@@ -425,8 +433,9 @@ def round_timer(device: torch.device, settings: TimingSettings,
     to its synchronize): only the rest is spun. On the H100's model-style corpus, calls
     of 3-20 ms spun 10 ms more per round and side regardless (0.4 s of each sample)."""
     spin_s = max(0.0, settings.round_spin_up_ms / 1e3 - busy_s)
+    first_s = max(ROUND_TIMER_FIRST_SPIN_S, settings.round_spin_up_ms / 1e3)
     with spent("spin"):
-        return timer_for(device, settings.flush_l2, spin_s, settings.launch_cover_ms)
+        return timer_for(device, settings.flush_l2, spin_s, settings.launch_cover_ms, first_s)
 
 
 def device_wait_ms(device: torch.device) -> float | None:
@@ -504,7 +513,8 @@ class _CudaTimer:
     _calibration: dict[int, tuple[float, float]] = {}
     _cycles_per_ms: dict[int, float] = {}
 
-    def __init__(self, device: torch.device, flush_l2: bool, cover_ms: float = 0.0):
+    def __init__(self, device: torch.device, flush_l2: bool, cover_ms: float = 0.0,
+                 spin_up_s: float = 0.03):
         if device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
         self.device = device
@@ -515,7 +525,7 @@ class _CudaTimer:
         self.start, self.end, self.after_sync = (torch.cuda.Event(enable_timing=True)
                                                  for _ in range(3))
         self.launch_ms: list[float] = []  # host time of each call's launch (take_launch_ms)
-        self._spin_up()
+        self._spin_up(spin_up_s)
         self.latency = self._calibrate()
         self.cover_cycles = round(cover_ms * self._sleep_rate()) if cover_ms > 0 else 0
 

@@ -49,12 +49,13 @@ def test_both_sides_are_pinned_at_every_round_and_the_server_is_restored(tmp_pat
                               ",".join(map(str, CORES))], start_new_session=True)
     seen = []
 
-    def time_round(r, settings):
-        seen.append((r, os.sched_getaffinity(child.pid), os.sched_getaffinity(server.pid)))
-        return {"ms": [1.0], "busy_ms": 0.0}
+    def time_rounds(due, settings):
+        seen.extend((r, os.sched_getaffinity(child.pid), os.sched_getaffinity(server.pid))
+                    for r in due)
+        return [{"ms": [1.0], "busy_ms": 0.0} for _ in due]
 
     try:
-        pairing = Pairing(time_round, tmp_path, rounds_of(rounds), set(), core,
+        pairing = Pairing(time_rounds, tmp_path, rounds_of(rounds), set(), core,
                           lambda: server.pid)
         pairing.start()
         assert child.wait(timeout=60) == 0
@@ -77,8 +78,8 @@ def test_without_a_core_nothing_is_pinned(tmp_path):
                               ",".join(map(str, CORES))], start_new_session=True)
     seen = []
     try:
-        pairing = Pairing(lambda r, s: seen.append(os.sched_getaffinity(server.pid))
-                          or {"ms": [1.0], "busy_ms": 0.0}, tmp_path, rounds_of(2), set(),
+        pairing = Pairing(lambda due, s: seen.append(os.sched_getaffinity(server.pid))
+                          or [{"ms": [1.0], "busy_ms": 0.0}] * len(due), tmp_path, rounds_of(2), set(),
                           None, lambda: server.pid)
         pairing.start()
         assert child.wait(timeout=60) == 0

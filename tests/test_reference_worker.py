@@ -250,15 +250,17 @@ def test_a_round_starts_with_one_untimed_call_unless_told_not_to(untimed):
                               round_untimed=untimed)
     rounds = paired_rounds(settings)
     made = []
-    for r in (0, 1):
+    for due in ([0], [1, 2]):  # as the pairing asks: round 0 alone, then two back to back
         before = _calls() if reference_worker._LOADED else 0
         out = reference_worker.compare_sample(
-            {"time_calls": True, "round": r, "problem_code": PROBLEM, "device": "cpu",
+            {"time_calls": True, "rounds": due, "problem_code": PROBLEM, "device": "cpu",
              "precision": "fp32", "seed": SEED, "timing": settings.model_dump(),
              "baseline_mode": None}, None)
-        assert len(out["ms"]) == len(rounds[r]) - (1 if r == 0 else 0)  # the discarded first
+        assert [len(a["ms"]) for a in out["rounds"]] == [
+            len(rounds[r]) - (1 if r == 0 else 0) for r in due]  # round 0: its discarded first
         made.append(_calls() - before)
-    assert made == [3 + untimed + len(rounds[0]), untimed + len(rounds[1])]
+    assert made == [3 + untimed + len(rounds[0]),
+                    2 * untimed + len(rounds[1]) + len(rounds[2])]
 
 
 SLOW_ON_META = '''

@@ -177,3 +177,30 @@ def test_inputs_drawn_on_the_gpu_are_those_torch_manual_seed_gave():
         assert [t.device.type for t in ours] == ["cuda", "cuda", "cuda", "cpu"]
         for a, b in zip(ours, theirs):
             assert torch.equal(a, b)
+
+
+def test_a_paired_timings_timer_is_made_on_its_short_spin_up_and_calibrated():
+    """A paired timing's first timer spins the GPU for the round's spin-up (at least
+    ROUND_TIMER_FIRST_SPIN_S), not the 30 ms a baseline's timer takes, and still comes
+    out calibrated: a sync latency, and a launch cover sized from the clock it measured."""
+    from kb_eval import timing
+
+    device = torch.device("cuda", torch.cuda.current_device())
+    settings = TimingSettings()
+    made_s = []
+    for spin_ms, first_s in ((settings.round_spin_up_ms, None), (None, 0.03)):
+        timing._TIMERS.clear()
+        timing._CudaTimer._calibration.clear()
+        timing._CudaTimer._cycles_per_ms.clear()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        if spin_ms is not None:
+            timer = timing.round_timer(device, settings)
+        else:
+            timer = timing.timer_for(device, cover_ms=settings.launch_cover_ms,
+                                     first_spin_s=first_s)
+        made_s.append(time.perf_counter() - t0)
+        assert timer.latency[0] > 0 and timer.cover_cycles > 0
+    paired, baseline = made_s
+    assert paired < baseline - 0.02, made_s  # the baseline's 30 ms spin-up, less 2
+    timing._TIMERS.clear()

@@ -242,7 +242,7 @@ def compare_sample(payload: dict, workdir: Path) -> dict:
     if payload.get("plan"):
         return plan_problem(payload, device)
     if payload.get("time_calls"):
-        return time_round(payload, device)
+        return time_rounds(payload, device)
     if payload.get("estimate"):
         return estimate_call(payload, device)
     if payload.get("device_floor"):
@@ -351,27 +351,35 @@ def _compare(payload: dict, device: torch.device, slots: list[torch.Tensor] | No
     return result
 
 
-def time_round(payload: dict, device: torch.device) -> dict:
-    """Round `round` of a paired timing (schedule/pairing.py): that round's calls of the
-    reference, each on fresh inputs drawn before its clock starts, here where no
-    candidate code runs; the candidate's child is stopped meanwhile. One untimed call
-    first (the candidate's rounds start the same way; none with `round_untimed` off), and
-    the run's warmup before the first round.
+def time_rounds(payload: dict, device: torch.device) -> dict:
+    """The rounds `rounds` of a paired timing (schedule/pairing.py), back to back: the
+    ones due at one handshake, in one call (a call of their own each cost ~1.5 ms of the
+    candidate's timing step apiece on the H200, ten a sample). Each round makes its
+    calls of the reference, each on fresh inputs drawn before its clock starts, here
+    where no candidate code runs; the candidate's child is stopped meanwhile. One untimed
+    call first (the candidate's rounds start the same way; none with `round_untimed`
+    off), and the run's warmup before the first round. {"rounds": one answer per round},
+    or {"error": why not}.
 
-    The stopped candidate keeps its device memory. Out of memory beside it, the round is
+    The stopped candidate keeps its device memory. Out of memory beside it, a round is
     tried once more with what this server only caches given back (reference outputs,
     allocator blocks); out of memory again, the answer says so and the sample keeps its
     unpaired timing (the H100, KernelBench level 1: three 8 GiB problems whose children
     held 25 GiB each; the server survives such an error, references._out_of_memory)."""
-    def one_round() -> dict:
-        inject_fault("round_oom", torch.OutOfMemoryError)
-        return _time_round(payload, device)
+    answers = []
+    for i, r in enumerate(payload["rounds"]):
+        def one_round(r=r, first=i == 0) -> dict:
+            inject_fault("round_oom", torch.OutOfMemoryError)
+            return _time_round(payload, device, int(r), wait_quiet=first)
 
-    try:
-        return with_room(one_round, device, give_back=_give_back_cached)
-    except torch.OutOfMemoryError as e:
-        short = str(e).splitlines()[0][:200]
-        return {"error": f"out of device memory beside the stopped candidate: {short}"}
+        try:
+            answers.append(with_room(one_round, device, give_back=_give_back_cached))
+        except torch.OutOfMemoryError as e:
+            short = str(e).splitlines()[0][:200]
+            return {"error": f"out of device memory beside the stopped candidate: {short}"}
+        if "error" in answers[-1]:
+            return answers[-1]
+    return {"rounds": answers}
 
 
 def _give_back_cached(device: torch.device) -> None:
@@ -382,20 +390,20 @@ def _give_back_cached(device: torch.device) -> None:
     release(device, force=True)
 
 
-def _time_round(payload: dict, device: torch.device) -> dict:
+def _time_round(payload: dict, device: torch.device, r: int, wait_quiet: bool) -> dict:
     entered, spent_before = clocks.perf_counter(), SPENT.copy()
     p = _problem(payload, device)
     settings = TimingSettings.model_validate(payload["timing"])
-    r = int(payload["round"])
     module, seed, precision = p.module, payload["seed"], payload["precision"]
 
     timed = baseline_model(p, payload, device)
     if isinstance(timed, str):  # the compiler's limit: an answer, not a failed server call
         return {"error": f"no {payload.get('baseline_mode')} baseline: {timed}"}
     # Kernels the stopped candidate queued may still run: wait them out, so that they
-    # never slow the reference's round, and report how long (phases.pair_busy_max).
+    # never slow the reference's round, and report how long (phases.pair_busy_max). Once
+    # per call: the candidate stays stopped until its last round has ended.
     with spent("quiet"):
-        busy_ms = busy_ms_before_quiet(device) if device.type == "cuda" else 0.0
+        busy_ms = busy_ms_before_quiet(device) if wait_quiet and device.type == "cuda" else 0.0
     # Around each call, the candidate child's own bookkeeping (calls.py: on a host-bound
     # problem that work slows the next call, so both sides do it). Not the full tripwire
     # check after the round's last call: no timed call follows it in the round, and here,

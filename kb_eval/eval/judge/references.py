@@ -443,28 +443,37 @@ class ReferenceStore:
             return {**metrics, "device_floor_error": figures["error"]}
         return {**metrics, **figures}
 
-    def time_round(self, problem: Problem, device: str, r: int, k: int,
-                   settings: TimingSettings) -> dict:
-        """The reference's round `r` of a paired timing (schedule/pairing.py): its `k`
-        timed calls ("ms"), how long the GPU was busy with another process's work
-        before them ("busy_ms") and the calls' median launch time ("launch_ms", GPU).
-        Not under the device lock: the sample's candidate child holds it alone for its
-        whole timing step, rounds of both sides included."""
+    def time_rounds(self, problem: Problem, device: str, rounds: list[int], ks: list[int],
+                    settings: TimingSettings) -> list[dict]:
+        """The reference's rounds `rounds` of a paired timing (schedule/pairing.py), back
+        to back in one server call, with `ks[i]` timed calls in round `rounds[i]`. For
+        each: its calls' times ("ms"), how long the GPU was busy with another process's
+        work before them ("busy_ms", the first round only) and the calls' median launch
+        time ("launch_ms", GPU). Not under the device lock: the sample's candidate child
+        holds it alone for its whole timing step, rounds of both sides included."""
         cfg, server = self.ctx.config, self.servers[device]
-        payload = {"time_calls": True, "round": r, "problem_code": problem.code,
+        payload = {"time_calls": True, "rounds": rounds, "problem_code": problem.code,
                    "device": self.ctx.torch_device(device), "precision": cfg.precision,
                    "seed": self.ctx.problem_seed(problem), "timing": settings.model_dump(),
                    "baseline_mode": cfg.baseline_mode}
         with self._server_locks[device].held(payload):
             out = server.call(payload, timeout_s=cfg.run_timeout_s, mem_limit_mb=cfg.mem_limit_mb)
-        ms = (out.result or {}).get("ms") if out.ok else None
-        if not isinstance(ms, list) or len(ms) != k:
+        answers = (out.result or {}).get("rounds") if out.ok else None
+        if not isinstance(answers, list) or len(answers) != len(rounds):
             why = (out.result or {}).get("error") if out.ok else None
-            raise RuntimeError(f"reference round {r}: {why or out.describe()}")
-        launch = out.result.get("launch_ms")
-        return {"ms": [float(x) for x in ms], "busy_ms": float(out.result.get("busy_ms") or 0),
+            raise RuntimeError(f"reference rounds {rounds}: {why or out.describe()}")
+        return [self._round(r, k, answer) for r, k, answer in zip(rounds, ks, answers)]
+
+    @staticmethod
+    def _round(r: int, k: int, answer: dict) -> dict:
+        """One round's answer, checked: `k` times."""
+        ms = answer.get("ms")
+        if not isinstance(ms, list) or len(ms) != k:
+            raise RuntimeError(f"reference round {r}: {answer.get('error') or 'no times'}")
+        launch = answer.get("launch_ms")
+        return {"ms": [float(x) for x in ms], "busy_ms": float(answer.get("busy_ms") or 0),
                 "launch_ms": None if launch is None else float(launch),
-                "spent": dict(out.result.get("spent") or {})}
+                "spent": dict(answer.get("spent") or {})}
 
     def server_pid(self, device: str) -> int | None:
         """The pid of `device`'s server, if it is running."""
@@ -483,7 +492,7 @@ class ReferenceStore:
         a timed call: the next samples' buffers are ready when the device's next shared
         turn comes, their children waiting for it, instead of being made in that turn,
         after it. The device lock is taken before the server's: a paired-timing round
-        (time_round, inside a candidate's timing step) must get the server while another
+        (time_rounds, inside a candidate's timing step) must get the server while another
         lane waits for the device."""
         beside = payload.get("export") and not payload["export"].get("give_back")
         mode = ("exclusive" if payload.get("timing") or payload.get("device_floor")

@@ -47,11 +47,12 @@ class Pairing(threading.Thread):
     the reference's times of round r. `error` says why pairing failed (the sample then
     keeps its unpaired interval)."""
 
-    def __init__(self, time_round, folder: Path, settings: TimingSettings,
+    def __init__(self, time_rounds, folder: Path, settings: TimingSettings,
                  forbidden: set[int], core: int | None = None, server_pid=lambda: None):
         super().__init__(daemon=True, name="kb_eval-pairing")
-        # (round, settings) -> {"ms", "busy_ms", ...}, from the reference server
-        self.time_round = time_round
+        # (rounds, settings) -> [{"ms", "busy_ms", ...} per round], from the reference
+        # server: the rounds due at one handshake, timed back to back in one call
+        self.time_rounds = time_rounds
         self.settings, self.rounds = settings, len(paired_rounds(settings))
         self.cut = False  # the candidate is timed in fewer rounds (timing.slow_cut)
         self.folder, self.forbidden = folder, forbidden
@@ -116,8 +117,7 @@ class Pairing(threading.Thread):
             os.killpg(pgid, signal.SIGSTOP)
             stopped = clocks.monotonic()
             try:
-                for q in due:
-                    timed = self.time_round(q, self.settings)
+                for q, timed in zip(due, self.time_rounds(due, self.settings)):
                     self.ref_ms[q] = timed["ms"]
                     self.ref_calls_s += sum(timed["ms"]) / 1e3
                     self.busy_ms = max(self.busy_ms, timed["busy_ms"])
@@ -166,11 +166,13 @@ def start_pairing(ctx, refs, problem, device: str, run_dir: Path, payload: dict,
     folder = run_dir / "pair"
     shutil.rmtree(folder, ignore_errors=True)  # a retry's child starts afresh
     payload["paired"] = {"dir": str(folder)}
-    pairing = Pairing(
-        lambda r, s: refs.time_round(problem, device, r,
-                                     len(kept(s, r, list(paired_rounds(s)[r]))), s),
-        folder, settings, refs.server_pids(), pinning.core_for(device),
-        lambda: refs.server_pid(device))
+
+    def time_rounds(due: list[int], s: TimingSettings) -> list[dict]:
+        ks = [len(kept(s, r, list(paired_rounds(s)[r]))) for r in due]
+        return refs.time_rounds(problem, device, due, ks, s)
+
+    pairing = Pairing(time_rounds, folder, settings, refs.server_pids(),
+                      pinning.core_for(device), lambda: refs.server_pid(device))
     pairing.start()
     return pairing
 
