@@ -419,9 +419,9 @@ def timer_for(device: torch.device, flush_l2: bool = True, spin_up_s: float = 0.
 # A paired timing's timer is made after at least this much GPU work (its first round
 # spins again): its calibration (the sleep rate that sizes the launch cover) reads the
 # clocks, and the candidate's child comes to it from its warm-up calls, after waiting
-# for the device while another sample's timing step ran. The 30 ms a fresh timer spun
-# before were 0.03 s of each sample's timing step, held alone (H200, 100 cached CUDA
-# candidates: the child's spin-ups 0.06 s a sample, the reference server's 0.03 s).
+# for the device while another sample's timing step ran. A fresh timer spun 30 ms
+# before, in every candidate's child, with the device held alone (H200, 100 cached CUDA
+# candidates: the child's spin-ups 0.06 s a sample, median; 0.04 s with this).
 ROUND_TIMER_FIRST_SPIN_S = 0.002
 
 
