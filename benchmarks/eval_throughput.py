@@ -35,7 +35,9 @@ hold up to two samples planned ahead (`WAITING_LANES`), so that a small one can 
 large one waiting for room, up to two more wait there by design. And, from a trace of
 the devices' lock (kb_eval/devlock.py, `<workdir>/locks_<pass>.trace`), the exact shares
 of the time a device was held alone (timing), only shared (untimed device work) or not
-at all: what the samples' CPU-side steps leave the device idle.
+at all: what the samples' CPU-side steps leave the device idle; and the gaps between
+one timing step and the next (`devlock.timing_gaps`): how long the device waited for a
+child ready to time.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kb_eval.cli import sigterm_as_interrupt  # noqa: E402
-from kb_eval.devlock import TRACE_VAR, hold_shares  # noqa: E402
+from kb_eval.devlock import TRACE_VAR, hold_shares, timing_gaps  # noqa: E402
 from kb_eval.errors import UserError  # noqa: E402
 from kb_eval.eval import EvalConfig, evaluate  # noqa: E402
 from kb_eval.eval.config import default_jobs  # noqa: E402
@@ -256,6 +258,17 @@ def hold_summary(held: dict[str, float]) -> str:
             f"{held['shared'] / span:.0%}, not held {held['none'] / span:.0%}")
 
 
+def gap_summary(gaps: list[float], long_s: float = 0.2) -> str:
+    """Between one timing step and the next on a device (devlock.timing_gaps): how often
+    and how long the device waited for a child ready to time."""
+    if not gaps:
+        return "between timing steps: no two on one device"
+    long = [g for g in gaps if g > long_s]
+    return (f"between timing steps: {sum(gaps):.1f} s over {len(gaps)} gaps, "
+            f"{len(long)} of them over {long_s} s ({sum(long):.1f} s"
+            + (f", median {statistics.median(long):.2f} s)" if long else ")"))
+
+
 def phase_medians(phases: list[dict]) -> str:
     names = sorted({k for ph in phases for k in ph})
     return "phases (median / total s): " + ", ".join(
@@ -298,6 +311,7 @@ def one_pass(label: str, pairs, config: EvalConfig, devices: int = 1,
     summarize(label, records, config, devices, t0, cpu0)
     if trace is not None and trace.stat().st_size:
         print("  " + hold_summary(hold_shares(trace)), flush=True)
+        print("  " + gap_summary(timing_gaps(trace)), flush=True)
         shutil.copyfile(trace, trace.with_name(f"locks_{label.split()[0]}.trace"))
     if stopped:
         raise Stopped(records)

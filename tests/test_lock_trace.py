@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from kb_eval.devlock import TRACE_VAR, DeviceLock, hold_shares
+from kb_eval.devlock import TRACE_VAR, DeviceLock, hold_shares, timing_gaps
 
 
 def test_hold_shares_of_a_written_trace(tmp_path):
@@ -22,6 +22,21 @@ def test_hold_shares_of_a_written_trace(tmp_path):
     ]) + "\n")
     held = hold_shares(trace)
     assert held == pytest.approx({"exclusive": 1.5 + 0.5, "shared": 2.0, "none": 1.0 + 0.5})
+
+
+def test_gaps_between_timing_steps_per_device(tmp_path):
+    """The time from one exclusive hold's end to the next one's start, device by device;
+    shared holds and an exclusive hold the trace never saw end (killed) make no gap."""
+    trace = tmp_path / "t"
+    trace.write_text("\n".join([
+        "10.0 1 gpu0 exclusive +", "10.4 1 gpu0 exclusive -",
+        "10.4 2 gpu0 exclusive +", "10.7 2 gpu0 exclusive -",  # back to back: 0
+        "10.7 3 gpu0 shared +", "11.2 3 gpu0 shared -",
+        "11.2 4 gpu0 exclusive +", "11.5 4 gpu0 exclusive -",  # after a shared turn: 0.5
+        "10.0 5 gpu1 exclusive +", "10.1 5 gpu1 exclusive -",
+        "12.1 6 gpu1 exclusive +",  # killed while timing: its start still ends a gap
+    ]) + "\n")
+    assert sorted(timing_gaps(trace)) == pytest.approx([0.0, 0.5, 2.0])
 
 
 def test_the_lock_logs_its_holds_only_when_asked(tmp_path, monkeypatch):
