@@ -353,13 +353,13 @@ def _compare(payload: dict, device: torch.device, slots: list[torch.Tensor] | No
 
 def time_rounds(payload: dict, device: torch.device) -> dict:
     """The rounds `rounds` of a paired timing (schedule/pairing.py), back to back: the
-    ones due at one handshake, in one call (a call of their own each cost ~1.5 ms of the
-    candidate's timing step apiece on the H200, ten a sample). Each round makes its
-    calls of the reference, each on fresh inputs drawn before its clock starts, here
-    where no candidate code runs; the candidate's child is stopped meanwhile. One untimed
-    call first (the candidate's rounds start the same way; none with `round_untimed`
-    off), and the run's warmup before the first round. {"rounds": one answer per round},
-    or {"error": why not}.
+    ones due at one handshake, in one call (on the H200 each server call cost ~1.5 ms
+    of the candidate's timing step; one call per round made twenty a sample). Each round
+    makes its calls of the reference, each on fresh inputs drawn before its clock
+    starts, here where no candidate code runs; the candidate's child is stopped
+    meanwhile. One untimed call first (the candidate's rounds start the same way; none
+    with `round_untimed` off), and the run's warmup before the first round. {"rounds":
+    one answer per round}, or {"error": why not}.
 
     The stopped candidate keeps its device memory. Out of memory beside it, a round is
     tried once more with what this server only caches given back (reference outputs,
