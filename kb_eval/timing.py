@@ -21,7 +21,7 @@ import gc
 import math
 import resource
 import statistics
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import torch
 from pydantic import BaseModel, Field, model_validator
@@ -438,17 +438,32 @@ def round_timer(device: torch.device, settings: TimingSettings,
         return timer_for(device, settings.flush_l2, spin_s, settings.launch_cover_ms, first_s)
 
 
+class DeviceWait(NamedTuple):
+    """One device-wide synchronize, as this thread lived it."""
+    wall_ms: float  # how long it blocked
+    cpu_ms: float  # this thread's CPU time meanwhile: a context that spins (CUDA's default
+    #               with fewer contexts than cores) spends the whole wait for pending work
+    #               on the CPU, while a wait the host caused (a sleep, a fault) does not
+    preempted: bool  # an involuntary context switch happened meanwhile
+
+
+def device_wait(device: torch.device) -> DeviceWait:
+    before = resource.getrusage(resource.RUSAGE_THREAD).ru_nivcsw
+    cpu0, t0 = clocks.thread_time_ns(), clocks.perf_counter()
+    torch.cuda.synchronize(device)
+    wall_ms = (clocks.perf_counter() - t0) * 1e3
+    return DeviceWait(wall_ms, (clocks.thread_time_ns() - cpu0) / 1e6,
+                      resource.getrusage(resource.RUSAGE_THREAD).ru_nivcsw != before)
+
+
 def device_wait_ms(device: torch.device) -> float | None:
     """Host milliseconds a device-wide synchronize blocked: long means work was pending on
     some stream. None when this thread was preempted meanwhile (an involuntary context
     switch: a loaded host, e.g. builds on every core), because then the figure measures
     the host's scheduler, not the device: on the H100 with cold builds running, such
     waits made our own reference solutions look like they left work running."""
-    before = resource.getrusage(resource.RUSAGE_THREAD).ru_nivcsw
-    t0 = clocks.perf_counter()
-    torch.cuda.synchronize(device)
-    waited = (clocks.perf_counter() - t0) * 1e3
-    return None if resource.getrusage(resource.RUSAGE_THREAD).ru_nivcsw != before else waited
+    wait = device_wait(device)
+    return None if wait.preempted else wait.wall_ms
 
 
 # The device-wide wait after an honest call, on an idle device, is slower than the timer's

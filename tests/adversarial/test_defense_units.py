@@ -26,12 +26,15 @@ def restore():
     import time as t
 
     import kb_eval.clocks as clocks
+    import kb_eval.eval.child.threads as threads
     import kb_eval.timing as timing
 
     saved = [(t, "perf_counter_ns", t.perf_counter_ns), (torch, "allclose", torch.allclose),
              (timing, "clocks", timing.clocks), (clocks, "perf_counter", clocks.perf_counter),
              (timing.TimingStats, "of", timing.TimingStats.__dict__["of"]),
-             (torch, "default_generator", torch.default_generator)]
+             (torch, "default_generator", torch.default_generator),
+             (threads, "BUSY_WAIT_MS", threads.BUSY_WAIT_MS),
+             (threads.Ledger, "device_idle", threads.Ledger.device_idle)]
     tf32 = torch.backends.cuda.matmul.allow_tf32
     yield
     for obj, name, value in saved:
@@ -58,6 +61,12 @@ def test_tripwires_quiet_when_nothing_changes():
      "torch.backends.cuda.matmul.allow_tf32"),
     # the generators inputs are seeded on (inputs.seed_for)
     (lambda: setattr(torch, "default_generator", torch.Generator()), "torch.default_generator"),
+    # the check that the device is idle when a timed call begins (child/threads.py)
+    (lambda: setattr(__import__("kb_eval.eval.child.threads").eval.child.threads,
+                     "BUSY_WAIT_MS", 1e9), "kb_eval.eval.child.threads.BUSY_WAIT_MS"),
+    (lambda: setattr(__import__("kb_eval.eval.child.threads").eval.child.threads.Ledger,
+                     "device_idle", lambda self: None),
+     "kb_eval.eval.child.threads.Ledger.device_idle"),
 ])
 def test_tripwires_see_patches(restore, patch, seen):
     snap = integrity.Snapshot()
@@ -187,6 +196,36 @@ def test_static_suspicious_and_patches():
 # ------------------------------------------------------------------ parent-side rules
 STATS = {"mean": 1.0, "median": 1.0, "std": 0.1, "min": 0.9, "max": 1.2, "p25": 0.95,
          "p75": 1.05, "n": 10, "unit": "ms"}
+
+
+def test_busy_is_the_time_spent_spinning():
+    """A spinning context's synchronize finds work pending when the thread spun through
+    more than BUSY_WAIT_MS of it; time off the CPU (a host stall, a preemption) is not the
+    device's. A context that sleeps while it waits is judged by the wall time, and a
+    preempted wait then proves nothing. Figures from the H200 (neighbour_noise.py)."""
+    from kb_eval.eval.child.threads import BUSY_WAIT_MS, busy
+    from kb_eval.timing import DeviceWait
+
+    pending, host_stall = DeviceWait(1.02, 1.03, False), DeviceWait(0.52, 0.09, False)
+    assert busy(pending, spinning=True) and not busy(host_stall, spinning=True)
+    # preempted midway, but it spun over the limit before or after: work was pending
+    assert busy(DeviceWait(3.0, 0.8, True), spinning=True)
+    assert not busy(DeviceWait(3.0, 0.2, True), spinning=True)
+    # blocking sync or yield (a candidate may set it): the thread sleeps through real work
+    assert busy(host_stall, spinning=False) and busy(DeviceWait(1.0, 0.05, False), False)
+    assert not busy(DeviceWait(1.0, 0.05, True), spinning=False)
+    at_limit = DeviceWait(BUSY_WAIT_MS, BUSY_WAIT_MS, False)
+    assert not busy(at_limit, True) and not busy(at_limit, False)
+
+
+def test_no_cuda_context_is_no_spinning_context():
+    """Without a CUDA context on this thread (a CPU machine, or no driver) the flags cannot
+    be read, and the wall-time rule applies."""
+    from kb_eval.eval.child.threads import waits_spinning
+
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        pytest.skip("a CUDA context is current here")
+    assert waits_spinning() is False
 
 
 def test_timing_plausibility():

@@ -75,12 +75,13 @@ OWN_MODULES = ("kb_eval.timing", "kb_eval.clocks", "kb_eval.inputs", "kb_eval.ha
                "kb_eval.problems", "kb_eval.isolation", "kb_eval.isolation.child",
                "kb_eval.eval.child.worker", "kb_eval.eval.child.calls",
                "kb_eval.eval.child.observe", "kb_eval.eval.child.probes",
-               "kb_eval.eval.child.integrity",
+               "kb_eval.eval.child.threads", "kb_eval.eval.child.integrity",
                "kb_eval.eval.wire.outputs")
 OWN_CLASSES = [("kb_eval.timing", "_CpuTimer"), ("kb_eval.timing", "_CudaTimer"),
                ("kb_eval.timing", "TimingStats"), ("kb_eval.timing", "TimingSettings"),
                ("kb_eval.eval.child.integrity", "Snapshot"), ("kb_eval.eval.child.calls", "Watch"),
-               ("kb_eval.eval.child.calls", "TimedCalls")]
+               ("kb_eval.eval.child.calls", "TimedCalls"),
+               ("kb_eval.eval.child.threads", "Ledger")]
 TIMER_MODULES = ("kb_eval.timing", "kb_eval.clocks")
 TIMER_CLASSES = [c for c in OWN_CLASSES if c[1] in ("_CpuTimer", "_CudaTimer")]
 

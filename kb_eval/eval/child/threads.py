@@ -16,24 +16,58 @@ clock, nanoseconds):
   when it is more than a tenth of the timed calls' total plus a millisecond.
 
 A GPU adds one check: the device must be idle when the next call begins (everything of
-ours was synchronized); work found still running was launched outside the calls.
+ours was synchronized); work found still running was launched outside the calls. It is
+found by the time this thread spends spinning in a device-wide synchronize (`busy`),
+not by the wall time the synchronize took: on the H200, with busy loops on every other
+core (as cold builds load the host), an idle device's synchronize once took 0.52 ms of
+which the thread ran 0.09 ms, while ~1 ms of our own work left on a side stream took
+1.02 ms with 1.03 ms of CPU (`benchmarks/neighbour_noise.py`); two such host stalls in
+one sample flagged an honest PyTorch candidate (KernelBench level1/25) in the corpus's
+cold pass. A context that does not spin while it waits (blocking sync, yield: a
+candidate can set that) is judged by the wall time, as before.
 Native threads are covered as well as Python ones (both are tasks of the process).
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 
 import torch
 
 from kb_eval import clocks
-from kb_eval.timing import device_wait_ms
+from kb_eval.timing import DeviceWait, device_wait
 
 TASKS = "/proc/self/task"
 QUIET_NS = 20_000  # a thread that used less CPU than this over a poll is idle
 POLL_S = 50e-6
 DRAIN_MAX_S = 2.0
 BUSY_WAIT_MS = 0.5  # a device sync at a call's start that blocks longer: work was pending
+# The driver, bound before candidate code loads (None without one: a CPU machine).
+try:
+    _CUDA: ctypes.CDLL | None = ctypes.CDLL("libcuda.so.1")
+except OSError:
+    _CUDA = None
+SCHED_MASK, SPINNING_MODES = 0x07, (0x00, 0x01)  # CU_CTX_SCHED_AUTO, CU_CTX_SCHED_SPIN
+
+
+def waits_spinning() -> bool:
+    """Whether this thread's CUDA context waits for the device by spinning on the CPU
+    (its scheduling flags: CUDA's default, AUTO, spins with fewer contexts than cores)."""
+    flags = ctypes.c_uint()
+    if _CUDA is None or _CUDA.cuCtxGetFlags(ctypes.byref(flags)) != 0:
+        return False
+    return flags.value & SCHED_MASK in SPINNING_MODES
+
+
+def busy(wait: DeviceWait, spinning: bool) -> bool:
+    """Whether a device-wide synchronize at a call's start found work pending. A spinning
+    context: the thread spun longer than BUSY_WAIT_MS (time it spent off the CPU, asleep
+    or preempted, is the host's, not the device's). Otherwise the wall time, unless the
+    thread was preempted (then no evidence either way)."""
+    if spinning:
+        return wait.cpu_ms > BUSY_WAIT_MS
+    return not wait.preempted and wait.wall_ms > BUSY_WAIT_MS
 
 
 def _tids() -> set[int]:
@@ -69,6 +103,7 @@ class Ledger:
         self.outside_ns = 0
         self.timed_ns = 0
         self.busy_calls = 0
+        self.host_waits = 0  # long synchronizes the thread did not spend spinning (`busy`)
         self.drain_ns = 0  # time timed calls spent waiting for the candidate's threads
         self.active = False  # the candidate had threads at the last call's end
         self._mark: tuple[int, int, int] | None = None
@@ -87,9 +122,11 @@ class Ledger:
         after drawing, the wait also covered copying the inputs in: on the H100 that made
         KernelBench level-2 references, run as their own candidates, 'leave work running'."""
         if self.device.type == "cuda":
-            waited = device_wait_ms(self.device)  # None: preempted, no evidence either way
-            if waited is not None and waited > BUSY_WAIT_MS:
+            wait = device_wait(self.device)
+            if busy(wait, waits_spinning()):
                 self.busy_calls += 1
+            elif wait.wall_ms > BUSY_WAIT_MS:
+                self.host_waits += 1  # long, but not the device's: counted, not charged
 
     def call_starts(self) -> None:
         """Right before a timed call (its inputs drawn): charge what happened since the
@@ -128,7 +165,8 @@ class Ledger:
         self.device_idle()  # what ran after the last call
         self.call_starts()
         return {"outside_ms": self.outside_ns / 1e6, "timed_ms": self.timed_ns / 1e6,
-                "busy_calls": self.busy_calls, "threads": self.newcomers()}
+                "busy_calls": self.busy_calls, "host_waits": self.host_waits,
+                "threads": self.newcomers()}
 
     def newcomers(self, most: int = 5) -> list[str]:
         """The candidate's threads still alive, as "name: CPU ms" (their whole lives), the
