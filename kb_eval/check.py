@@ -29,7 +29,7 @@ from pathlib import Path
 from kb_eval.cli import (ROUND_SPIN_UP_MS_DEFAULT, TIMING_BUDGET_MS_DEFAULT, Parser,
                          add_execution_flags, add_precision_flag, add_selection_flags,
                          add_timing_budget_flag, check_gpus_visible, check_timing_budget,
-                         execution_config, run_cli, writable_dir)
+                         execution_config, lane_depth, run_cli, writable_dir)
 from kb_eval.errors import UserError
 from kb_eval.isolation import run_isolated
 from kb_eval.problems import Problem, load_problems
@@ -139,20 +139,6 @@ def format_table(rows: list[dict]) -> str:
                      for row in lines)
 
 
-# Copies in flight per GPU. On the H100 at depth 3 (spin-up 2 ms): KernelBench level 2's
-# 100 copies in 270 s, 99 in [0.97, 1.03] (at depth 1, 61 took 216 s), level 1's first 68
-# in 330 s (a 12-16 GiB problem runs alone, by its memory plan).
-HARNESS_LANE_DEPTH = 3
-
-
-def harness_lane_depth(asked: int | None, cpu: bool) -> int:
-    """--lane-depth as asked, else HARNESS_LANE_DEPTH on a GPU and 1 on a CPU, where the
-    copies' children would share the cores their timings run on."""
-    if asked is not None:
-        return asked
-    return 1 if cpu else HARNESS_LANE_DEPTH
-
-
 def parser(defaults) -> Parser:
     p = Parser(prog="python -m kb_eval.check",
                description="Flag problems whose reference output is constant, independent "
@@ -196,8 +182,7 @@ def parser(defaults) -> Parser:
                         "harness_<source>_<precision>.json)")
     h.add_argument("--results-dir", type=Path, default=defaults.results_dir,
                    help=f"where results live (default: {defaults.results_dir})")
-    add_execution_flags(p, defaults, lane_depth_default=(
-        f"{HARNESS_LANE_DEPTH} on a GPU, 1 on a CPU, whose cores the copies' timings share"))
+    add_execution_flags(p, defaults)
     return p
 
 
@@ -215,7 +200,7 @@ def harness_main(args, d) -> int:
     if args.trials is not None and args.trials < 1:
         raise UserError(f"--trials must be at least 1 (got {args.trials})")
     check_timing_budget(args)  # and --round-spin-up-ms
-    args.lane_depth = harness_lane_depth(args.lane_depth, cpu)
+    args.lane_depth = lane_depth(args.lane_depth, d, cpu)
     rounds = {"round_untimed": not args.no_round_untimed}
     if args.round_spin_up_ms is not None:
         rounds["round_spin_up_ms"] = args.round_spin_up_ms

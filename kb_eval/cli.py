@@ -243,11 +243,30 @@ def check_gpus_visible(spec: str | None, flag: str = "--gpus") -> None:
         raise UserError(f"{flag} {spec}: no GPU visible (torch sees no CUDA device)")
 
 
-def add_execution_flags(p: argparse.ArgumentParser, defaults,
-                        lane_depth_default: str | None = None) -> None:
-    """Where and how candidates build and run (kb_eval.eval and kb_eval.run).
-    `lane_depth_default`: --lane-depth defaults to None, resolved by the command, and its
-    help names this text as the default (check --harness: by device kind)."""
+# Candidate children in flight per GPU unless asked (--lane-depth, the config's
+# DEFAULTS). On the H100 at depth 3: KernelBench levels 1-3's 250 reference copies in one
+# `check --harness` run in 564.9 s, 112 model-style candidates at 2.36 s a sample, every
+# verdict the serial run's; a 12-16 GiB problem runs with fewer or no neighbours, by its
+# memory plan. On the H200 two runs at depth 1 and two at depth 3 of 50 cached level-2
+# candidates gave the same verdicts, and speedups that differed across depths no more
+# than between runs at one depth (README, "Several candidates per device").
+GPU_LANE_DEPTH = 3
+
+
+def lane_depth(asked: int | None, defaults, cpu: bool) -> int:
+    """--lane-depth as asked, else the config's, else GPU_LANE_DEPTH on a GPU and 1 on a
+    CPU, where the children would share the cores their timings run on."""
+    if asked is not None:
+        return asked
+    if "lane_depth" in defaults.model_fields_set:
+        return defaults.lane_depth
+    return 1 if cpu else GPU_LANE_DEPTH
+
+
+def add_execution_flags(p: argparse.ArgumentParser, defaults) -> None:
+    """Where and how candidates build and run (kb_eval.eval, kb_eval.run, kb_eval.check).
+    --lane-depth defaults to None, resolved by the command once it knows the device kind
+    (`lane_depth`)."""
     g = p.add_argument_group("building and running candidates")
     g.add_argument("--jobs", type=int, default=None,
                    help="parallel builds (default: the CPU cores + 25%%: builds have serial "
@@ -263,13 +282,13 @@ def add_execution_flags(p: argparse.ArgumentParser, defaults,
                    help=f"seconds per build (default: {defaults.build_timeout_s:g})")
     g.add_argument("--run-timeout", type=float, default=defaults.run_timeout_s,
                    help=f"seconds per candidate run (default: {defaults.run_timeout_s:g})")
-    g.add_argument("--lane-depth", type=int,
-                   default=None if lane_depth_default else defaults.lane_depth,
+    depth = (f"{defaults.lane_depth}, from the config" if "lane_depth" in defaults.model_fields_set
+             else f"{GPU_LANE_DEPTH} on a GPU, 1 on a CPU, whose cores the timings share")
+    g.add_argument("--lane-depth", type=int, default=None,
                    help="candidate children in flight per device: they start, load and run "
                         "correctness side by side, and their timing steps run one at a time "
                         "with nothing else on the device (a large problem, by its memory "
-                        "plan, runs with fewer or no neighbours) "
-                        f"(default: {lane_depth_default or defaults.lane_depth})")
+                        f"plan, runs with fewer or no neighbours) (default: {depth})")
     g.add_argument("--load-budget", type=float, default=defaults.load_budget_s,
                    help="seconds for a candidate's import, init and first call, where lazy "
                         "compiles happen; over it: `timeout` (default: "

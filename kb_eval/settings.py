@@ -34,7 +34,8 @@ class Defaults(BaseModel):
     baseline_visits: int = Field(1, ge=1)  # children per problem in kb_eval.baseline (GPU)
     build_timeout_s: float = Field(600, gt=0)
     run_timeout_s: float = Field(300, gt=0)
-    lane_depth: int = Field(1, ge=1, le=16)  # children in flight per device (1: see eval/config.py)
+    # children in flight per device; unset: 3 on a GPU, 1 on a CPU (kb_eval/cli.py lane_depth)
+    lane_depth: int = Field(1, ge=1, le=16)
     load_budget_s: float = Field(90, gt=0)  # a candidate's import, init and first call
     call_budget_s: float = Field(30, gt=0)  # each later call
     mem_limit_mb: int = Field(16000, ge=256)

@@ -89,15 +89,19 @@ def test_harness_takes_the_levels_in_turns():
     assert order == [(1, 1), (2, 1), (3, 1), (1, 2), (2, 2), (1, 3)]
 
 
-def test_harness_overlaps_copies_on_a_gpu_only():
-    """Three copies in flight per GPU by default; on a CPU one, since the children would
-    share the cores their timings run on; an explicit --lane-depth always wins."""
-    from kb_eval.check import HARNESS_LANE_DEPTH, harness_lane_depth
+def test_children_overlap_on_a_gpu_only_unless_asked():
+    """Three children in flight per GPU by default (check --harness, eval, run); on a CPU
+    one, since the children would share the cores their timings run on; the config's
+    DEFAULTS["lane_depth"] when it sets one, and an explicit --lane-depth, always win."""
+    from kb_eval.cli import GPU_LANE_DEPTH, lane_depth
+    from kb_eval.settings import Defaults
 
-    assert HARNESS_LANE_DEPTH > 1
-    assert harness_lane_depth(None, cpu=False) == HARNESS_LANE_DEPTH
-    assert harness_lane_depth(None, cpu=True) == 1
-    assert harness_lane_depth(2, cpu=True) == 2 and harness_lane_depth(1, cpu=False) == 1
+    unset, set_to_2 = Defaults(), Defaults(lane_depth=2)
+    assert GPU_LANE_DEPTH > 1
+    assert lane_depth(None, unset, cpu=False) == GPU_LANE_DEPTH
+    assert lane_depth(None, unset, cpu=True) == 1
+    assert lane_depth(None, set_to_2, cpu=False) == 2 == lane_depth(None, set_to_2, cpu=True)
+    assert lane_depth(2, unset, cpu=True) == 2 and lane_depth(1, set_to_2, cpu=False) == 1
 
 
 def test_too_large_problem_is_not_the_candidates(kb_folder, tmp_path, build_cache_dir):

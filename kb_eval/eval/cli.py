@@ -14,7 +14,7 @@ from kb_eval.cli import (TIMING_BUDGET_MS_DEFAULT, Parser, add_checking_flags, a
                          add_execution_flags, add_level_flag, add_precision_flag,
                          add_quiet_flag, add_results_dir_flag, add_timing_budget_flag,
                          baseline_mode, check_timing_budget, check_tolerances,
-                         execution_config, run_cli, writable_dir)
+                         execution_config, lane_depth, run_cli, writable_dir)
 from kb_eval.errors import UserError
 from kb_eval.ray_cluster import add_executor_flags, executor_config
 from kb_eval.eval.api import RunWriter, evaluate
@@ -83,6 +83,7 @@ def make_config(args, defaults, cuda: bool) -> EvalConfig:
     check_tolerances(args)
     check_timing_budget(args)
     backend = args.backend if args.backend != "auto" else ("cuda" if cuda else "cpp")
+    args.lane_depth = lane_depth(args.lane_depth, defaults, backend == "cpp")
     trials = args.trials or (defaults.cpu_trials if backend == "cpp" else defaults.trials)
     warmup = args.warmup if args.warmup is not None else (
         defaults.cpu_warmup if backend == "cpp" else defaults.warmup)

@@ -60,8 +60,8 @@ class EvalConfig(BaseModel):
                                    "(see kb_eval/eval/schedule/nvcc_front.py)")
     build_timeout_s: float = Field(600, gt=0)
     run_timeout_s: float = Field(300, gt=0)
-    # 1 until the overlap is measured on a GPU (issue 15): verdicts and memory on the H100
-    # were proven one child at a time.
+    # The API's default stays 1 (it does not know the device kind); the commands default to
+    # 3 on a GPU, 1 on a CPU (kb_eval/cli.py lane_depth).
     lane_depth: int = Field(1, ge=1, le=16, description="candidate children in flight per "
                             "device (their timing steps still run one at a time)")
     cpu_lanes: int = Field(1, ge=1, le=8, description="cpp backend: device lanes on the "

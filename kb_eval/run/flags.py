@@ -16,7 +16,8 @@ from kb_eval.cli import (RECHECK_TIMED_DEFAULT, TIMING_BUDGET_MS_DEFAULT, Parser
                          add_checking_flags, add_count_flag, add_execution_flags,
                          add_precision_flag, add_quiet_flag, add_results_dir_flag,
                          add_selection_flags, add_timing_budget_flag, baseline_mode,
-                         check_timing_budget, check_tolerances, execution_config)
+                         check_timing_budget, check_tolerances, execution_config,
+                         lane_depth)
 from kb_eval.errors import UserError
 from kb_eval.ray_cluster import add_executor_flags, executor_config
 
@@ -176,6 +177,7 @@ def eval_config(args, defaults, cuda: bool):
 
     backend = args.backend if args.backend != "auto" else ("cuda" if cuda else "cpp")
     on_cpu = backend == "cpp"
+    args.lane_depth = lane_depth(args.lane_depth, defaults, on_cpu)
     args.trials = args.trials or (defaults.cpu_trials if on_cpu else defaults.trials)
     if args.warmup is None:
         args.warmup = defaults.cpu_warmup if on_cpu else defaults.warmup
