@@ -56,13 +56,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kb_eval.cli import sigterm_as_interrupt  # noqa: E402
+from kb_eval.cli import GPU_LANE_DEPTH, lane_depth, sigterm_as_interrupt  # noqa: E402
 from kb_eval.devlock import TRACE_VAR, hold_shares, timing_gaps  # noqa: E402
 from kb_eval.errors import UserError  # noqa: E402
 from kb_eval.eval import EvalConfig, evaluate  # noqa: E402
 from kb_eval.eval.config import default_jobs  # noqa: E402
 from kb_eval.problems import load_problems  # noqa: E402
 from kb_eval.ray_cluster import add_executor_flags, executor_config  # noqa: E402
+from kb_eval.settings import Defaults  # noqa: E402
 from kb_eval.timing import TimingSettings  # noqa: E402
 
 # ------------------------------------------------------------------ problems
@@ -424,8 +425,9 @@ def main() -> int:
     p.add_argument("--cols", type=int, default=None, help="columns (default: 4096 / 256)")
     p.add_argument("--workdir", type=Path, default=None, help="keep files here (default: tmp;"
                    " with --executor ray on several machines: a path every node sees)")
-    p.add_argument("--lane-depth", type=int, default=EvalConfig().lane_depth,
-                   help="candidate children in flight per device (1: one at a time)")
+    p.add_argument("--lane-depth", type=int, default=None,
+                   help="candidate children in flight per device (1: one at a time; default: "
+                        f"the commands', {GPU_LANE_DEPTH} on a GPU and 1 on a CPU)")
     p.add_argument("--load-budget", type=float, default=EvalConfig().load_budget_s,
                    help="seconds for a candidate's import, init and first call")
     p.add_argument("--call-budget", type=float, default=EvalConfig().call_budget_s,
@@ -468,6 +470,7 @@ def main() -> int:
               f"{ray.cluster_resources()}", flush=True)
 
     gpu = args.backend == "cuda"
+    args.lane_depth = lane_depth(args.lane_depth, Defaults(), cpu=not gpu)
     if args.warm_only and args.cold_only:
         sys.exit("eval_throughput: --warm-only and --cold-only exclude each other")
     if args.level and not args.corpus:
