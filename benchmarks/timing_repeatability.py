@@ -10,7 +10,8 @@
                         over 1 % and over 3 %, all and the GPU-bound ones (launch share
                         under 0.9), and the problems that moved most
                         with their launch share, each visit's median (`--visits`) and
-                        what the GPU did in each pass (SM clock before/after, slowdowns).
+                        what the GPU did in each pass (SM clock before/after, slowdowns)
+                        and how fast the host ran (kb_eval/host_state.py, ms before/after).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def _records(path: Path) -> dict:
 def _pass_detail(record: dict) -> dict:
     """One pass of a problem: median (and each visit's, when it had several: one state
     through all of them means the state outlasted a sweep), launch share, SM clock before
-    -> after (its last visit's), slowdowns."""
+    -> after (its last visit's), slowdowns, the host's fixed work before -> after."""
     t, gpu = record["timing"], record.get("gpu") or {}
     before, after = gpu.get("before") or {}, gpu.get("after") or {}
     share = (t.get("launch_ms") or 0) / t["median"] if t["median"] else None
@@ -60,7 +61,8 @@ def _pass_detail(record: dict) -> dict:
             "sm_mhz": [before.get("sm_mhz"), after.get("sm_mhz")],
             "temp_c": [before.get("temp_c"), after.get("temp_c")],
             "mem_temp_c": [before.get("mem_temp_c"), after.get("mem_temp_c")],
-            "slowdowns": sorted(set(before.get("slowdowns", []) + after.get("slowdowns", [])))}
+            "slowdowns": sorted(set(before.get("slowdowns", []) + after.get("slowdowns", []))),
+            "host_work_ms": record.get("host_work_ms")}
 
 
 # A reference whose host spent this share of each call launching it is host-paced: its

@@ -132,12 +132,14 @@ class FileHeader(BaseModel):
 
 # ------------------------------------------------------------------ baseline
 class BaselineVisit(BaseModel):
-    """One child's timing of a problem: its kept call times in call order (ms), and what
-    the GPU was doing before and after them (kb_eval.gpu_state; None on a CPU)."""
+    """One child's timing of a problem: its kept call times in call order (ms), what the
+    GPU was doing before and after them (kb_eval.gpu_state; None on a CPU) and how fast
+    the host ran then (kb_eval.host_state: ms of fixed work, before and after)."""
     samples_ms: list[float]
     launch_ms: float | None = None
     wall_s: float | None = None
     gpu: dict | None = None
+    host_work_ms: list[float] | None = None
 
 
 class BaselineRecord(BaseModel):
@@ -160,6 +162,10 @@ class BaselineRecord(BaseModel):
     # power, slowdowns), and the CPU core the calls were launched from; None on a CPU.
     gpu: dict | None = None
     core: int | None = None
+    # How fast the host ran before and after the timed calls (kb_eval/host_state.py: ms of
+    # one fixed piece of host work; a host-paced reference's time follows it). None in
+    # older files.
+    host_work_ms: list[float] | None = None
     # Each visit's timed calls: a problem is timed in the file's `visits` visits, one per
     # sweep over the problems, and `timing` is the statistic of all their calls. Until the
     # last visit the status is "partial" (a resumed run makes the rest). [] in files from

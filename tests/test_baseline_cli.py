@@ -57,6 +57,10 @@ def test_baseline_records_crash_continues_and_resumes(tmp_path):
         t = recs[key]["timing"]
         assert recs[key]["status"] == "ok" and t["n"] == 5 and 0 < t["min"] <= t["median"] <= t["max"]
         assert recs[key]["core"] is None and recs[key]["gpu"] is None  # pinned on a GPU only
+        # the host's pace before and after the calls, on the record and on its visit
+        host = recs[key]["host_work_ms"]
+        assert len(host) == 2 and all(x > 0 for x in host)
+        assert recs[key]["visits"][0]["host_work_ms"] == host
 
     # --resume: nothing new to time, the file is unchanged.
     before = out.read_text()

@@ -198,7 +198,8 @@ def _merge(record: BaselineRecord | None, problem: Problem, visit: int, outcome,
     result = outcome.result
     visits = [*earlier, BaselineVisit(samples_ms=result["samples_ms"],
                                       launch_ms=result.get("launch_ms"),
-                                      wall_s=outcome.wall_s, gpu=result.get("gpu"))]
+                                      wall_s=outcome.wall_s, gpu=result.get("gpu"),
+                                      host_work_ms=result.get("host_work_ms"))]
     launches = [v.launch_ms for v in visits if v.launch_ms is not None]
     timing = TimingStats.of([x for v in visits for x in v.samples_ms],
                             statistics.median(launches) if launches else None)
@@ -208,4 +209,4 @@ def _merge(record: BaselineRecord | None, problem: Problem, visit: int, outcome,
                           status="ok" if len(visits) == job.visits else PARTIAL,
                           peak_mem_bytes=max(peaks) if peaks else None,
                           compiler=result.get("compiler"), gpu=result.get("gpu"),
-                          core=result.get("core"))
+                          core=result.get("core"), host_work_ms=result.get("host_work_ms"))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from kb_eval import gpu_state
+from kb_eval import gpu_state, host_state
 from kb_eval.compilers.tvm import baseline_callable as tvm_callable, is_tvm_mode
 from kb_eval.eval.schedule import pinning
 from kb_eval.harness import (compile_model, load_problem, pick_device, reference_model,
@@ -32,12 +32,13 @@ def time_reference(payload: dict, workdir: Path) -> dict:
     core = payload.get("core")
     if core is not None and pinning.pin(0, core) is None:  # this (launching) thread only
         core = None
-    before = gpu_state.snapshot(device)
+    host_before, before = host_state.work_ms(), gpu_state.snapshot(device)
     samples, launch_ms = time_model_samples(model, module, payload["secret"], precision,
                                             device, settings, payload.get("visit", 0))
     gpu = {"before": before, "after": gpu_state.snapshot(device)} if before else None
     return {"samples_ms": samples, "launch_ms": launch_ms, "peak_mem_bytes": _peak(device),
-            "compiler": compiler, "gpu": gpu, "core": core}
+            "compiler": compiler, "gpu": gpu, "core": core,
+            "host_work_ms": [host_before, host_state.work_ms()]}
 
 
 def _peak(device: torch.device) -> int | None:
