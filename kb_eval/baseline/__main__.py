@@ -145,7 +145,8 @@ def _print_summary(path, data, keys: list[str]) -> None:
     if paced:
         print(f"note: {len(paced)} problem(s) spent {HOST_PACED:.0%} or more of each call "
               f"launching kernels: their times are the host CPU's pace as much as the GPU's "
-              f"and may differ between runs by more than the rest: {', '.join(paced[:8])}"
+              f"and may differ between runs by more than the rest (each record's "
+              f"host_work_ms says how fast the host ran): {', '.join(paced[:8])}"
               + (" ..." if len(paced) > 8 else ""))
 
 
