@@ -103,20 +103,13 @@ def trace(folder: str, problem: str, seconds: float) -> None:
     import torch
 
     from kb_eval.harness import inputs_for
-    from kb_eval.host_state import work_ms
+    from kb_eval.host_state import launch_ms, work_ms
 
     module, model, dev = _reference(folder, problem)
     inputs = inputs_for(module, 5, "trace", "fp32", dev)
-    one = torch.zeros(1, device=dev)
 
     def launches() -> float:
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        for _ in range(2000):
-            one.add_(1.0)
-        dt = 1e3 * (time.perf_counter() - t)
-        torch.cuda.synchronize()
-        return dt
+        return launch_ms(dev, 2000, repeats=1)
 
     def call() -> tuple[float, float]:
         torch.cuda.synchronize()

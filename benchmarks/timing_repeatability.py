@@ -25,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
+from kb_eval.host_state import HOST_PACED
+
 
 def copies(path: Path) -> dict:
     rows = [r for r in json.loads(path.read_text()).get("problems", []) if r.get("speedup")]
@@ -62,12 +64,10 @@ def _pass_detail(record: dict) -> dict:
             "temp_c": [before.get("temp_c"), after.get("temp_c")],
             "mem_temp_c": [before.get("mem_temp_c"), after.get("mem_temp_c")],
             "slowdowns": sorted(set(before.get("slowdowns", []) + after.get("slowdowns", []))),
-            "host_work_ms": record.get("host_work_ms")}
-
-
-# A reference whose host spent this share of each call launching it is host-paced: its
-# time is its process's launch pace, which differs between processes (docs/GUARANTEES.md).
-HOST_PACED_SHARE = 0.9
+            "host_work_ms": record.get("host_work_ms"),
+            "launch_pace_ms": [v.get("launch_pace_ms") for v in record.get("visits") or []],
+            "host_tries": [v.get("host_tries") for v in record.get("visits") or []],
+            "host_full_pace": [v.get("host_full_pace") for v in record.get("visits") or []]}
 
 
 def _spread(sa: dict, sb: dict, keys: list[str], stat: str) -> dict:
@@ -81,13 +81,13 @@ def _spread(sa: dict, sb: dict, keys: list[str], stat: str) -> dict:
 
 def drift(a: list[Path], b: list[Path], worst: int = 10) -> dict:
     """Pass A (its files' records together) against pass B: over all problems in both,
-    and over the GPU-bound ones (launch share under HOST_PACED_SHARE in pass A)."""
+    and over the GPU-bound ones (launch share under host_state.HOST_PACED in pass A)."""
     ra = {k: r for path in a for k, r in _records(path).items()}
     rb = {k: r for path in b for k, r in _records(path).items()}
     sa, sb = ({k: r["timing"] for k, r in x.items()} for x in (ra, rb))
     keys = sorted(set(sa) & set(sb))
     out: dict = {"problems": len(keys)}
-    gpu_bound = [k for k in keys if (sa[k].get("launch_ms") or 0) < HOST_PACED_SHARE
+    gpu_bound = [k for k in keys if (sa[k].get("launch_ms") or 0) < HOST_PACED
                  * sa[k]["median"]]
     for stat in ("mean", "median"):
         if keys:

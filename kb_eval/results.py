@@ -140,6 +140,14 @@ class BaselineVisit(BaseModel):
     wall_s: float | None = None
     gpu: dict | None = None
     host_work_ms: list[float] | None = None
+    # A launch-heavy problem is timed until the host has shown its full pace, the fastest
+    # timing kept (host_state.timed_at_full_pace): the pace probe (ms to launch 2,000
+    # kernels; the host work on a CPU) before and after the kept timing, the timings
+    # made, and whether two agreed at full pace (None: launch share under
+    # host_state.PACE_SENSITIVE, the pace did not matter). None in files from before.
+    launch_pace_ms: list[float] | None = None
+    host_tries: int | None = None
+    host_full_pace: bool | None = None
 
 
 class BaselineRecord(BaseModel):

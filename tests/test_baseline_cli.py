@@ -61,6 +61,9 @@ def test_baseline_records_crash_continues_and_resumes(tmp_path):
         host = recs[key]["host_work_ms"]
         assert len(host) == 2 and all(x > 0 for x in host)
         assert recs[key]["visits"][0]["host_work_ms"] == host
+        # no launch times on a CPU, so never host-paced: one timing, the pace not judged
+        assert recs[key]["visits"][0]["host_tries"] == 1
+        assert recs[key]["visits"][0]["host_full_pace"] is None
 
     # --resume: nothing new to time, the file is unchanged.
     before = out.read_text()
@@ -113,6 +116,8 @@ def test_visits_split_the_trials_and_a_resumed_run_makes_the_missing_ones(tmp_pa
     assert r.returncode == 2 and "different visits (2 there, --visits 3 now)" in r.stderr
     r = run_baseline(*args[:-3], "2", "--visits", "3", cwd=tmp_path)
     assert r.returncode == 2 and "--visits 3 is more than --trials 2" in r.stderr
+    r = run_baseline(*args, "--host-wait", "-1", cwd=tmp_path)
+    assert r.returncode == 2 and "--host-wait must be 0 to 3600" in r.stderr
 
 
 def test_a_problems_visits_are_a_whole_sweep_apart():
@@ -156,19 +161,28 @@ def test_two_gpus_never_time_one_problem_twice_at_once(tmp_path, monkeypatch):
     from kb_eval.timing import TimingSettings
 
     running, seen, lock = set(), [], threading.Lock()
+    # per GPU: (the host's best pace a child was given, the fastest its GPU's earlier
+    # children reported and came back ok)
+    bests, reported_ok = {0: [], 1: []}, {0: [], 1: []}
 
-    def fake_time_one(problem, visit, job, secret, gpu, tmp):
+    def fake_time_one(problem, visit, job, secret, gpu, host_best_ms, tmp):
         with lock:
             assert problem.key not in running, "two visits of one problem at once"
             running.add(problem.key)
             seen.append((problem.key, visit, gpu))
+            bests[gpu].append((host_best_ms, min(reported_ok[gpu], default=None)))
+            reported = 10.0 * (gpu + 1) - len(bests[gpu])  # each GPU's core its own pace
         time.sleep(0.05 if problem.key != "k0" else 0.2)  # k0 slow: k1, k2 catch up
         with lock:
             running.discard(problem.key)
-        if problem.key == "k2" and visit == 1:
+        if problem.key == "k2" and visit == 1:  # what it reports is not taken
             return SimpleNamespace(ok=False, status="crashed", wall_s=0.05,
+                                   result={"host_best_ms": 1.0},
                                    describe=lambda: "crashed", output_tail=""), gpu
-        return SimpleNamespace(ok=True, wall_s=0.05, result={"samples_ms": [1.0, 2.0]}), gpu
+        with lock:
+            reported_ok[gpu].append(reported)
+        return SimpleNamespace(ok=True, wall_s=0.05, result={"samples_ms": [1.0, 2.0],
+                                                             "host_best_ms": reported}), gpu
 
     monkeypatch.setattr(stage, "_time_one", fake_time_one)
     problems = [SimpleNamespace(key=f"k{i}", source="s", level=1, problem_id=i, name=f"p{i}",
@@ -184,3 +198,7 @@ def test_two_gpus_never_time_one_problem_twice_at_once(tmp_path, monkeypatch):
         assert data.records[key].status == "ok" and data.records[key].timing.n == 6
     assert [v for k, v, _ in seen if k == "k2"] == [0, 1]  # its third visit not made
     assert data.records["k2"].status == "crashed"
+    # a child is judged against the fastest pace earlier children on its GPU's core saw
+    for given in bests.values():
+        assert given[0] == (None, None) and len(given) > 1
+        assert all(got == expected for got, expected in given), bests

@@ -42,6 +42,7 @@ class BaselineJob:
     timeout_s: float
     mem_limit_mb: int
     visits: int = 1
+    host_wait_s: float = 0.0  # how long a launch-heavy problem may wait for the host's full pace
     resume: bool = False
     retry_failed: bool = False
     force: bool = False
@@ -64,6 +65,7 @@ def run_baseline(job: BaselineJob, progress: bool = True) -> tuple[Path, Baselin
     with tempfile.TemporaryDirectory(prefix="kb_baseline_") as tmp, \
             ThreadPoolExecutor(max_workers=max(1, len(job.gpus))) as pool:
         free, futures, failures = list(job.gpus) or [None], {}, 0
+        host_best: dict[int | None, float] = {}  # fastest host probe per GPU's core
         while queue or futures:
             # the next visit of a problem none of whose visits is running (several GPUs)
             busy = {p.key for p, _ in futures.values()}
@@ -71,12 +73,16 @@ def run_baseline(job: BaselineJob, progress: bool = True) -> tuple[Path, Baselin
                 item = ready[0]
                 queue.remove(item)
                 busy.add(item[0].key)
-                futures[pool.submit(_time_one, *item, job, secret, free.pop(),
+                gpu = free.pop()
+                futures[pool.submit(_time_one, *item, job, secret, gpu, host_best.get(gpu),
                                     Path(tmp))] = item
             done = next(as_completed(futures))
             problem, visit = futures.pop(done)
             outcome, gpu = done.result()
             free.append(gpu)
+            if outcome.ok and outcome.result.get("host_best_ms"):
+                host_best[gpu] = min(host_best.get(gpu, float("inf")),
+                                     outcome.result["host_best_ms"])
             record = _merge(data.records.get(problem.key), problem, visit, outcome, job)
             data.records[problem.key] = record
             data.updated = now_iso()
@@ -164,8 +170,11 @@ def child_env(device: str, gpus: list[int]) -> dict[str, str]:
 
 
 def _time_one(problem: Problem, visit: int, job: BaselineJob, secret: int,
-              gpu: int | None, tmp: Path):
-    """One visit of `problem` in a fresh child on `gpu`: (its outcome, the gpu)."""
+              gpu: int | None, host_best_ms: float | None, tmp: Path):
+    """One visit of `problem` in a fresh child on `gpu`: (its outcome, the gpu). A
+    launch-heavy problem is timed again for up to `job.host_wait_s` until the host has
+    shown its full pace, judged against the fastest probe earlier children made on its
+    core (host_state.timed_at_full_pace)."""
     device = "cpu" if job.device == "cpu" else str(gpu if gpu is not None else 0)
     env = child_env(device, job.gpus)
     timing = job.timing.model_copy(
@@ -175,9 +184,11 @@ def _time_one(problem: Problem, visit: int, job: BaselineJob, secret: int,
                "device": "cpu" if job.device == "cpu" else "cuda:0",
                # launched from the core the eval's pairing uses for this GPU: a launch-
                # bound reference is timed at the same host speed in every pass and eval
-               "core": pinning.core_for(device)}
+               "core": pinning.core_for(device),
+               "host_pace": {"best_ms": host_best_ms, "wait_s": job.host_wait_s}}
     workdir = tmp / f"{problem.slug}_{visit}_{os.getpid()}_{gpu}"
-    outcome = run_isolated(TASK, payload, workdir=workdir, timeout_s=job.timeout_s,
+    outcome = run_isolated(TASK, payload, workdir=workdir,
+                           timeout_s=job.timeout_s + job.host_wait_s,
                            mem_limit_mb=job.mem_limit_mb, env=env, prewarm=True)
     return outcome, gpu
 
@@ -199,7 +210,10 @@ def _merge(record: BaselineRecord | None, problem: Problem, visit: int, outcome,
     visits = [*earlier, BaselineVisit(samples_ms=result["samples_ms"],
                                       launch_ms=result.get("launch_ms"),
                                       wall_s=outcome.wall_s, gpu=result.get("gpu"),
-                                      host_work_ms=result.get("host_work_ms"))]
+                                      host_work_ms=result.get("host_work_ms"),
+                                      launch_pace_ms=result.get("launch_pace_ms"),
+                                      host_tries=result.get("host_tries"),
+                                      host_full_pace=result.get("host_full_pace"))]
     launches = [v.launch_ms for v in visits if v.launch_ms is not None]
     timing = TimingStats.of([x for v in visits for x in v.samples_ms],
                             statistics.median(launches) if launches else None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 
 import torch
@@ -11,7 +12,7 @@ from kb_eval.compilers.tvm import baseline_callable as tvm_callable, is_tvm_mode
 from kb_eval.eval.schedule import pinning
 from kb_eval.harness import (compile_model, load_problem, pick_device, reference_model,
                              time_model_samples)
-from kb_eval.timing import TimingSettings
+from kb_eval.timing import TimingSettings, TimingStats
 
 
 def time_reference(payload: dict, workdir: Path) -> dict:
@@ -32,13 +33,25 @@ def time_reference(payload: dict, workdir: Path) -> dict:
     core = payload.get("core")
     if core is not None and pinning.pin(0, core) is None:  # this (launching) thread only
         core = None
+    pace = payload.get("host_pace") or {}
     host_before, before = host_state.work_ms(), gpu_state.snapshot(device)
-    samples, launch_ms = time_model_samples(model, module, payload["secret"], precision,
-                                            device, settings, payload.get("visit", 0))
+    paced = host_state.timed_at_full_pace(
+        lambda: time_model_samples(model, module, payload["secret"], precision, device,
+                                   settings, payload.get("visit", 0)),
+        lambda timed: statistics.median(timed[0]), _launch_share, pace.get("best_ms"),
+        pace.get("wait_s", 0.0), probe=lambda: host_state.launch_ms(device))
+    samples, launch_ms = paced.result
     gpu = {"before": before, "after": gpu_state.snapshot(device)} if before else None
     return {"samples_ms": samples, "launch_ms": launch_ms, "peak_mem_bytes": _peak(device),
             "compiler": compiler, "gpu": gpu, "core": core,
-            "host_work_ms": [host_before, host_state.work_ms()]}
+            "host_work_ms": [host_before, host_state.work_ms()],
+            "launch_pace_ms": paced.pace_ms, "host_tries": paced.tries,
+            "host_full_pace": paced.full_pace, "host_best_ms": paced.best_ms}
+
+
+def _launch_share(timed: tuple[list[float], float | None]) -> float | None:
+    samples, launch_ms = timed
+    return TimingStats.of(samples, launch_ms).launch_share if samples else None
 
 
 def _peak(device: torch.device) -> int | None:
