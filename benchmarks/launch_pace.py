@@ -103,13 +103,13 @@ def trace(folder: str, problem: str, seconds: float) -> None:
     import torch
 
     from kb_eval.harness import inputs_for
-    from kb_eval.host_state import launch_ms, work_ms
+    from kb_eval.host_state import launch_pace_ms, work_ms
 
     module, model, dev = _reference(folder, problem)
     inputs = inputs_for(module, 5, "trace", "fp32", dev)
 
     def launches() -> float:
-        return launch_ms(dev, 2000, repeats=1)
+        return launch_pace_ms(dev, 2000, repeats=1)
 
     def call() -> tuple[float, float]:
         torch.cuda.synchronize()

@@ -56,7 +56,7 @@ def work_ms(repeats: int = 3) -> float:
     return round(statistics.median(times), 4)
 
 
-def launch_ms(device, launches: int = 2000, repeats: int = 3) -> float:
+def launch_pace_ms(device, launches: int = 2000, repeats: int = 3) -> float:
     """Median host time (ms) to launch `launches` one-float kernels on a CUDA device: the
     pace a launch-bound call goes at, and nothing of the GPU's (the kernels take less than
     their launch). `work_ms` on a CPU."""

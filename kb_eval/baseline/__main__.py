@@ -23,9 +23,8 @@ from kb_eval.settings import load_settings
 from kb_eval.timing import TimingSettings, method_for
 
 # How long a problem whose time the host's pace can set may be timed again for the host's
-# full pace (--host-wait):
-# on the H200 machine slow stretches lasted seconds to minutes, and each core ran at full
-# pace in 20-50 % of 2-s windows (session 18, benchmarks/host_pace.py).
+# full pace (--host-wait): on the H200 machine slow stretches lasted seconds to minutes,
+# and each core ran at full pace in 20-50 % of 2-s windows (session 18, host_pace.py).
 HOST_WAIT_S = 30.0
 
 

@@ -39,7 +39,7 @@ def time_reference(payload: dict, workdir: Path) -> dict:
         lambda: time_model_samples(model, module, payload["secret"], precision, device,
                                    settings, payload.get("visit", 0)),
         lambda timed: statistics.median(timed[0]), _launch_share, pace.get("best_ms"),
-        pace.get("wait_s", 0.0), probe=lambda: host_state.launch_ms(device))
+        pace.get("wait_s", 0.0), probe=lambda: host_state.launch_pace_ms(device))
     samples, launch_ms = paced.result
     gpu = {"before": before, "after": gpu_state.snapshot(device)} if before else None
     return {"samples_ms": samples, "launch_ms": launch_ms, "peak_mem_bytes": _peak(device),
