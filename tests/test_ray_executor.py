@@ -27,7 +27,7 @@ ray = pytest.importorskip("ray")
 
 from kb_eval.eval import EvalConfig, evaluate  # noqa: E402
 from kb_eval.eval.schedule.ray_lane import adopt_driver_env  # noqa: E402
-from kb_eval.isolation.procs import end_orphans_of_dead_runs  # noqa: E402
+from kb_eval.isolation.procs import MARKER, OWNER, owner_alive  # noqa: E402
 from kb_eval.problems import load_problems, reference_copy  # noqa: E402
 from kb_eval.timing import TimingSettings  # noqa: E402
 
@@ -71,6 +71,30 @@ class ModelNew(Model):
             f.write(f"started {{_os.getpid()}}\\n")
         _time.sleep(60 if first else 1)
 """
+
+
+def boot_ticks() -> int:
+    """Now, in the clock ticks since boot that a process's start time is given in."""
+    return int(float(Path("/proc/uptime").read_text().split()[0]) * os.sysconf("SC_CLK_TCK"))
+
+
+def orphans_of_runs_since(ticks: int) -> list[int]:
+    """Sandbox children whose evaluator is gone and had started after `ticks`: this test's
+    own leftovers, not those of other work on the machine (end_orphans_of_dead_runs
+    sweeps them all)."""
+    found = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            environ = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        owner = next((v.split(b"=", 1)[1].decode() for v in environ
+                      if v.startswith(f"{OWNER}=".encode())), "")
+        started = owner.partition(":")[2]
+        if f"{MARKER}=1".encode() in environ and started.isdigit() and \
+                int(started) >= ticks and not owner_alive(owner):
+            found.append(int(entry))
+    return found
 
 
 def alive(pid: int) -> bool:
@@ -168,6 +192,34 @@ def test_lane_children_get_the_drivers_thread_settings_not_rays(cluster):
     assert ray.get(probe.child_sees.remote({"OMP_NUM_THREADS": "3"}))[1] == "3"
 
 
+@ray.remote(num_cpus=0)
+def _node_sandbox_error(config: str, faults: str | None) -> str | None:
+    """What a lane on this worker's node finds of the sandbox; `faults` arms the
+    sandbox_start fault here only, as on a node without namespaces."""
+    if faults:
+        os.environ["KB_EVAL_FAULTS"] = faults
+    from kb_eval.eval.schedule.ray_lane import node_sandbox_error
+
+    return node_sandbox_error(EvalConfig.model_validate_json(config))
+
+
+def test_a_node_that_cannot_sandbox_refuses_its_lane(cluster, tmp_path):
+    """Each lane probes the sandbox on its own node (the driver's probe says nothing of
+    another host): a node where it cannot start refuses in one line, naming the node;
+    --no-sandbox asks nothing of it."""
+    faults = tmp_path / "faults"
+    faults.mkdir()
+    (faults / "sandbox_start").write_text("always")
+    on = EvalConfig(cache_dir=tmp_path / "c").model_dump_json()
+    off = EvalConfig(cache_dir=tmp_path / "c", sandbox=False).model_dump_json()
+    assert ray.get(_node_sandbox_error.remote(on, None)) is None
+    why = ray.get(_node_sandbox_error.remote(on, str(faults)))
+    assert why is not None and "\n" not in why, why
+    assert re.fullmatch(r"node \S+ cannot start the sandbox \(injected fault at "
+                        r"sandbox_start\); --no-sandbox runs candidates without it", why), why
+    assert ray.get(_node_sandbox_error.remote(off, str(faults))) is None
+
+
 def test_same_verdicts_as_local(cluster, folder, tmp_path, build_cache_dir):
     a = local_verdicts(folder, tmp_path, build_cache_dir)
     on_ray = eval_cli(folder, tmp_path / "ray", build_cache_dir, "--executor", "ray",
@@ -231,7 +283,7 @@ def test_driver_killed_then_resume(cluster, folder, tmp_path, build_cache_dir):
     same command judges the rest: each sample once, the records written before kept as
     they were, the local executor's verdicts."""
     expected = local_verdicts(folder, tmp_path, build_cache_dir)
-    before = _lanes()
+    before, since = _lanes(), boot_ticks()
     args = ("--executor", "ray", "--ray-address", cluster)
     path = tmp_path / "ray" / "m" / "r" / "results.json"
     with _driver_past_a_lane_record(folder, tmp_path, build_cache_dir, cluster) as driver:
@@ -264,7 +316,7 @@ def test_driver_killed_then_resume(cluster, folder, tmp_path, build_cache_dir):
     assert run["config"]["executor"] == "ray" and run["config"]["ray_address"] == cluster
     # Nothing of either driver is left: no lane actor, no child of a dead lane.
     assert not _lanes() - before
-    assert end_orphans_of_dead_runs() == []
+    assert orphans_of_runs_since(since) == []
 
 def test_driver_terminated_stops_like_ctrl_c(cluster, folder, tmp_path, build_cache_dir):
     """`kill` (SIGTERM) on the driver once a lane's record is written: the run stops as
@@ -297,14 +349,17 @@ def _kill_lane_when(mark: Path, killed: list) -> None:
 
 
 def test_lane_killed_mid_sample_is_rerun(cluster, folder, tmp_path, build_cache_dir):
-    mark = tmp_path / "slow-started"
+    mark, since = tmp_path / "slow-started", boot_ticks()
     problems = {p.problem_id: p for p in load_problems(str(folder / "problems"), 1)}
     slow = reference_copy(problems[2]).replace("ModelNew = Model", "") + SLOW.format(mark=str(mark))
     pairs = [(problems[2], 7, slow), (problems[2], 0, (kit.CPP / "level1_problem2_sample0.py")
                                       .read_text()), (problems[19], 0, reference_copy(problems[19]))]
+    # sandbox=False: the slow candidate announces itself (and its pid) in a file of the
+    # test's, which a sandboxed child may not write.
     config = EvalConfig(backend="cpp", live_baseline=True, timing=TimingSettings(warmup=1, trials=3),
                         correct_trials=2, jobs=2, cache_dir=build_cache_dir,
-                        results_dir=tmp_path / "r", run_timeout_s=60, executor="ray")
+                        results_dir=tmp_path / "r", run_timeout_s=60, executor="ray",
+                        sandbox=False)
     killed: list = []
     # a torch build lock made during the run (as a killed build or load leaves one): the
     # run's end clears it (build.clear_batons), or later loads of that build wait on it
@@ -329,7 +384,7 @@ def test_lane_killed_mid_sample_is_rerun(cluster, folder, tmp_path, build_cache_
     # The dead lane's children (the candidate asleep for 60 s, the reference server) were
     # killed by the lane that replaced it: none is left for this sweep.
     assert not alive(pids[0])
-    assert end_orphans_of_dead_runs() == []
+    assert orphans_of_runs_since(since) == []
 
 
 def _one_line_exit_2(proc) -> str:

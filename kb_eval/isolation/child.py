@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import signal
 import sys
 import traceback
 from pathlib import Path
@@ -25,6 +26,7 @@ def child_main(spec: str | None = None) -> None:
     # and (if asked) the CUDA context. "+serve": a Server (tasks until stdin closes).
     if spec is None:
         spec = sys.argv[1] if len(sys.argv) > 1 else ""
+        _sandbox_started_afresh()
     spec, _, serve = spec.partition("+")
     # Builds run niced (KB_EVAL_NICE): compiling is throughput work, while a GPU left
     # waiting on a run child's or the reference's CPU time is time lost for good.
@@ -46,6 +48,31 @@ def child_main(spec: str | None = None) -> None:
     sys.stderr.flush()
     # Skip interpreter teardown: CUDA and extension destructors can hang or crash there.
     os._exit(0)
+
+
+def _sandbox_started_afresh() -> None:
+    """A child started afresh (not forked by a zygote) enters the sandbox here, before
+    torch: this process stays outside as the group's leader, waits for the sandboxed
+    child it forks and ends as it ended (the same exit status or signal)."""
+    from kb_eval.isolation import sandbox
+
+    policy = sandbox.policy_from_env()
+    if policy is None or os.environ.get(sandbox.INSIDE_VAR):
+        return
+    leader = os.getpid()
+    sandbox.detach()
+    pid = os.fork()
+    if pid == 0:
+        sandbox.set_leader(leader)
+        sandbox.enter(policy)
+        sandbox.become_init()  # returns in the child proper
+        return
+    os.close(0)  # the task channel is the child's alone: its end is seen when it ends
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
+        os.kill(os.getpid(), os.WTERMSIG(status))
+    os._exit(os.waitstatus_to_exitcode(status))
 
 
 def _preload(module: str, cuda: bool) -> None:
@@ -77,6 +104,30 @@ def _preload(module: str, cuda: bool) -> None:
             pass
 
 
+def _narrow(task: dict) -> None:
+    """In a sandboxed child: Landlock's second layer (this task's folders only), the
+    user's folders pointed into the task's, and the audit hook that tells refusals."""
+    from kb_eval.isolation import refusals, sandbox
+
+    if not os.environ.get(sandbox.INSIDE_VAR):  # set only by entering the sandbox
+        return
+    workdir = task["workdir"]
+    allowed = task.get("sandbox") or {}
+    writable = [workdir, *allowed.get("write", [])]
+    sandbox.narrow(writable, allowed.get("read", []))
+    tmp = Path(workdir) / "tmp"
+    tmp.mkdir(exist_ok=True)
+    for name, value in (("HOME", workdir), ("TMPDIR", tmp), ("XDG_CACHE_HOME", tmp),
+                        ("TORCHINDUCTOR_CACHE_DIR", tmp / "inductor"),
+                        ("CUDA_CACHE_PATH", tmp / "nv")):
+        os.environ[name] = str(value)
+    os.environ.setdefault("TRITON_CACHE_DIR", str(tmp / "triton"))
+    import tempfile
+
+    tempfile.tempdir = None  # found again under the new TMPDIR
+    refusals.install(Path(workdir), writable[1:])
+
+
 def run_task(task: dict) -> None:
     """Run one task in its workdir; everything it raises is reported, nothing escapes."""
     import importlib
@@ -84,6 +135,7 @@ def run_task(task: dict) -> None:
     result_path = Path(task["result_path"])
     os.chdir(task["workdir"])
     try:
+        _narrow(task)
         module_name, _, func_name = task["target"].partition(":")
         func = getattr(importlib.import_module(module_name), func_name)
         message = {"ok": True, "result": func(task["payload"], Path(task["workdir"]))}

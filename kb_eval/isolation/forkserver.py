@@ -86,11 +86,10 @@ class ForkServer:
         theirs.close()
         procs.LIVE.keep(self.proc.pid)  # a direct child the reapers must leave alone
         self.control = ours
-        self.control.settimeout(READY_TIMEOUT_S)
         self.error: str | None = None
         self.refused = False  # the zygote itself said forking is unsafe: do not retry
         try:
-            hello = self._reply()
+            hello = self._hello()
             if not hello.get("ready"):
                 self.refused = True
                 self._broken(hello.get("error") or "not ready")
@@ -123,6 +122,21 @@ class ForkServer:
             ours.close()
             self._broken(f"{type(e).__name__}: {e}")
             return None
+
+    def _hello(self) -> dict:
+        """The zygote's first message, once it has imported torch: waited for in short
+        slices, so that a stop (procs.STOPPING) does not wait for a slow start."""
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        self.control.settimeout(0.2)
+        while True:
+            try:
+                hello = self._reply()
+                break
+            except socket.timeout:
+                if procs.STOPPING.is_set() or time.monotonic() > deadline:
+                    raise OSError("the zygote did not start in time (or the run stops)")
+        self.control.settimeout(READY_TIMEOUT_S)
+        return hello
 
     def _reply(self) -> dict:
         message = self.control.recv(65536)
@@ -161,7 +175,7 @@ class ForkServers:
     def server(self, env: dict) -> ForkServer | None:
         """The zygote for `env` (started now at its first use, or again after it broke, a
         few times at most), or None: start the child the slow way."""
-        if not self.enabled():
+        if not self.enabled() or procs.STOPPING.is_set():
             return None
         key = json.dumps(env, sort_keys=True)
         with self.lock:
@@ -176,7 +190,7 @@ class ForkServers:
                     server = self.servers[key] = ForkServer(env, self.scratch.path)
                 except OSError:  # no zygote could be started (e.g. out of memory)
                     return None
-            if server.error and key not in self.told:
+            if server.error and key not in self.told and not procs.STOPPING.is_set():
                 self.told.add(key)  # once per environment: the run is slower, not wrong
                 print(f"kb_eval: children start afresh, not forked ({server.error})",
                       file=sys.stderr)

@@ -15,8 +15,10 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from kb_eval.isolation import sandbox
 from kb_eval.isolation.forkserver import FORK_SERVERS
-from kb_eval.isolation.procs import (ADOPTING, CHECK_S, LIVE, MARKER, OWNER, RSS,
+from kb_eval.isolation.procs import (ADOPTING, CHECK_S, LIVE, MARKER, OWNER, RSS, STOPPING,
+                                     Stopped,
                                      become_subreaper, owner_tag,
                                      file_size, killpg, reap_orphans)
 
@@ -34,6 +36,7 @@ class Child:
         self.owner = ""  # name of the thread that sent the task
         self.log_base = 0  # log size when the current task was sent
         self.overran: str | None = None  # the time budget it was killed for
+        self.sandboxed = False  # its exit status comes from the sandbox's init
         LIVE.add(self)
 
     @classmethod
@@ -43,19 +46,26 @@ class Child:
         for its task. Forked from the environment's zygote when it can (forkserver.py);
         a Server's long-lived trusted child always starts afresh."""
         become_subreaper()
+        if STOPPING.is_set():
+            raise Stopped("the run is stopping")
         log_file = open(log_path, "wb")
-        full_env = {**os.environ, **(env or {}), MARKER: "1", OWNER: owner_tag(),
+        inherited = dict(os.environ)
+        if sandbox.POLICY_VAR in (env or {}):  # nothing of the user's reaches candidate code
+            inherited = sandbox.clean_env(inherited)
+        full_env = {**inherited, **(env or {}), MARKER: "1", OWNER: owner_tag(),
                     "PYTHONUNBUFFERED": "1"}
+        child = None
         if "+serve" not in preload:
             child = FORK_SERVERS.spawn(full_env, preload, log_file, lambda p: cls(p, log_file))
-            if child is not None:
-                return child
-        with ADOPTING:  # until the child is in LIVE, no reaper takes it for an orphan
-            proc = subprocess.Popen([sys.executable, "-m", "kb_eval.isolation", preload],
-                                    stdin=subprocess.PIPE, stdout=log_file,
-                                    stderr=subprocess.STDOUT, env=full_env,
-                                    start_new_session=True, close_fds=True)
-            return cls(proc, log_file)
+        if child is None:
+            with ADOPTING:  # until the child is in LIVE, no reaper takes it for an orphan
+                proc = subprocess.Popen([sys.executable, "-m", "kb_eval.isolation", preload],
+                                        stdin=subprocess.PIPE, stdout=log_file,
+                                        stderr=subprocess.STDOUT, env=full_env,
+                                        start_new_session=True, close_fds=True)
+                child = cls(proc, log_file)
+        child.sandboxed = sandbox.POLICY_VAR in full_env
+        return child
 
     def adopt_log(self, log_path: Path) -> None:
         """A spare was started with a scratch log; point the task's log name at it."""

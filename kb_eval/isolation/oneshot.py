@@ -32,12 +32,15 @@ def run_isolated(target: str, payload: dict, *, workdir: Path, timeout_s: float,
                  mem_limit_mb: int | None = None, env: dict | None = None,
                  output_limit_mb: int = 64, prewarm: bool = False,
                  warm_cuda: bool = False, poll_s: float = POLL_S,
-                 budget: Callable[[], str | None] | None = None) -> ChildOutcome:
+                 budget: Callable[[], str | None] | None = None,
+                 allow: dict[str, list[str]] | None = None) -> ChildOutcome:
     """Run `target` ("pkg.module:function") as `function(payload, workdir) -> dict` in a
     fresh child. `prewarm` keeps spare children with the same env ready for the next
     calls; `warm_cuda` has them create their CUDA context while they wait (~0.4 s saved
     per task; only an idle context is created, no kernels run). `budget` (see
-    Child.watch) may end it early as a "timeout" whose error says which budget."""
+    Child.watch) may end it early as a "timeout" whose error says which budget. In a
+    sandbox (`env` carries its policy: sandbox.py), the task may write only `workdir` and
+    `allow["write"]`, and read besides the system only `allow["read"]`."""
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     result_path = workdir / "result.json"
@@ -49,12 +52,12 @@ def run_isolated(target: str, payload: dict, *, workdir: Path, timeout_s: float,
         child = Child.start(env, log_path, preload)
     else:
         child.adopt_log(log_path)
-    if prewarm:
-        start_spares(target, env, warm_cuda)
     task = {"target": target, "payload": payload, "workdir": str(workdir),
-            "result_path": str(result_path)}
+            "result_path": str(result_path), "sandbox": allow or {}}
     t0 = time.monotonic()
     child.send(task)
+    if prewarm:  # after the send: the next child's start overlaps this task
+        start_spares(target, env, warm_cuda)
     status = child.watch(timeout_s, mem_limit_mb, output_limit_mb << 20, poll_s=poll_s,
                          budget=budget)
     wall = time.monotonic() - t0

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kb_eval.isolation.sandbox import SIGNALLED
+
 if TYPE_CHECKING:
     from kb_eval.isolation.handle import Child
 
@@ -41,6 +43,8 @@ def outcome(status: str | None, child: Child, result_path: Path, wall: float) ->
     """The outcome from why we killed the child (`status`), its exit status and its result
     file: no file and an abnormal exit is a crash, no file and a clean exit no_result."""
     code = child.proc.returncode
+    if child.sandboxed and code is not None and code > SIGNALLED:
+        code = SIGNALLED - code  # the sandbox's init told a death by signal
     sig = signal.Signals(-code).name if code is not None and code < 0 else None
     out = ChildOutcome(status=status or "ok", exit_code=code, signal_name=sig,
                        output_tail=child.log_tail(), wall_s=wall)

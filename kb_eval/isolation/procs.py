@@ -71,6 +71,26 @@ LIVE = Registry()
 ADOPTING = threading.Lock()
 
 
+STOPPING = threading.Event()  # set on Ctrl-C: no new child starts, waits for one end
+
+
+class Stopped(RuntimeError):
+    """The run is stopping: no child is started for this task."""
+
+
+def stop_all() -> None:
+    """A prompt stop (Ctrl-C, SIGTERM): from now on no child starts and no start is
+    waited for (`STOPPING`); every running child is killed. `resume_starts` undoes it."""
+    STOPPING.set()
+    for child in LIVE.owned_by(""):
+        killpg(child.proc.pid)
+
+
+def resume_starts() -> None:
+    """Children may start again (a new pool in this process)."""
+    STOPPING.clear()
+
+
 def kill_running(thread_prefix: str) -> int:
     """Kill the children working for threads named `thread_prefix*` (abandoned work, e.g.
     on Ctrl-C); their watchers see them exit at once and report them as crashed."""

@@ -9,7 +9,7 @@ import os
 import threading
 import time
 
-from kb_eval.isolation import procs
+from kb_eval.isolation import procs, sandbox
 from kb_eval.isolation.handle import Child
 
 
@@ -27,15 +27,17 @@ class Spares:
         return json.dumps([env or {}, module], sort_keys=True)
 
     @staticmethod
-    def _inherited() -> str:
-        return json.dumps(dict(os.environ), sort_keys=True)
+    def _inherited(env: dict | None) -> str:
+        """What a spare took from this process when it started: the environment and, in
+        a sandbox, the folders it bound (sandbox.roots_identity)."""
+        return json.dumps([dict(os.environ), sandbox.roots_identity(env)], sort_keys=True)
 
     def take(self, env: dict | None, module: str) -> Child | None:
         """The oldest spare for this environment, or None (none ready, or it died). A
         spare inherited this process's environment when it started: one started before
         that changed (a test arming a fault, a variable set between runs) is another
         child, and is ended rather than used."""
-        now, stale, child = self._inherited(), [], None
+        now, stale, child = self._inherited(env), [], None
         with self.lock:
             queue = self.waiting.get(self._key(env, module), [])
             while queue:
@@ -53,7 +55,7 @@ class Spares:
 
     def refill(self, env: dict | None, module: str, depth: int) -> None:
         """Start spares until `depth` wait for this environment."""
-        key, inherited = self._key(env, module), self._inherited()
+        key, inherited = self._key(env, module), self._inherited(env)
         with self.lock:
             queue = self.waiting.setdefault(key, [])
             self.scratch.path.mkdir(parents=True, exist_ok=True)

@@ -13,8 +13,9 @@ Protocol on the unix socket FD (one message each way per request):
   parent -> zygote: {"spec": "module[:cuda]"} with two fds: the task channel, the log.
   zygote -> parent: {"ok": true} once the child exists and is re-parented to the parent
                     (double fork), or {"error": "..."}.
-The child itself, after `setsid`, writes its pid as one line on the task channel: the
-parent learns the pid from the process that leads the new group, not from the zygote.
+The process between them writes the child's pid as one line on the task channel once the
+child has its own session (and, when asked, has entered the sandbox, isolation/sandbox.py):
+a child that could not is never handed a task.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ import socket
 import sys
 import threading
 import warnings
+
+from kb_eval.isolation import sandbox
 
 # OpenBLAS (numpy's) starts its idle worker threads at import; they hold no lock at rest
 # and re-initialise after a fork (PyTorch's DataLoader forks the same way). Python 3.12
@@ -63,6 +66,8 @@ def main(fd: int) -> None:
             importlib.import_module(name)
         except ImportError:
             pass
+    if sandbox.policy_from_env() is not None:
+        sandbox.read_roots(sandbox.Policy())  # found once here, for every child
     hazard = fork_hazard()
     control.send(json.dumps({"ready": hazard is None, "error": hazard}).encode())
     while hazard is None:
@@ -99,29 +104,61 @@ def spawn(request: dict, fds: list[int], control: socket.socket) -> dict:
     sys.stderr.flush()
     middle = os.fork()
     if middle == 0:
-        if os.fork() == 0:
-            _become_child(spec, fds, control)
-        os._exit(0)  # the child is orphaned now: it re-parents to the evaluator
+        _middle(spec, fds, control)
     os.waitpid(middle, 0)
     return {"ok": True}
 
 
-def _become_child(spec: str, fds: list[int], control: socket.socket) -> None:
-    """In the new child: its own session, the task channel as stdin, the log as stdout and
-    stderr, no other descriptor of the zygote's; then the child's usual life."""
+def _middle(spec: str, fds: list[int], control: socket.socket) -> None:
+    """The process between the zygote and the child: it enters the sandbox's namespaces
+    (its child is process 1 of a new PID namespace), forks the child, tells the parent
+    the child's pid once the child is ready, and exits: the child re-parents to the
+    evaluator (a subreaper)."""
+    code = 0
+    try:
+        policy = sandbox.policy_from_env()
+        if policy is not None:
+            sandbox.detach()
+        ready_r, ready_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(ready_r)
+            _become_child(spec, fds, control, policy, ready_w)
+        os.close(ready_w)
+        if os.read(ready_r, 1) == b"1":  # else it died entering: the parent sees EOF
+            os.write(fds[0], f"{pid}\n".encode())
+    except BaseException as e:  # noqa: BLE001 - the parent sees no pid and starts afresh
+        print(f"kb_eval zygote: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+        code = 71
+    os._exit(code)
+
+
+def _become_child(spec: str, fds: list[int], control: socket.socket,
+                  policy: sandbox.Policy | None, ready: int) -> None:
+    """In the new child: its own session, the sandbox if asked, the task channel as
+    stdin, the log as stdout and stderr, no other descriptor of the zygote's; then the
+    child's usual life."""
     try:
         os.setsid()
         task, log = fds
         os.dup2(task, 0)
         os.dup2(log, 1)
         os.dup2(log, 2)
+        if policy is not None:
+            sandbox.enter(policy)
+            sandbox.become_init()  # returns in the child proper
+        os.write(ready, b"1")
         control.detach()
         os.closerange(3, os.sysconf("SC_OPEN_MAX"))
         sys.stdin = open(0, "r", closefd=False)  # a fresh reader: nothing buffered
-        os.write(0, f"{os.getpid()}\n".encode())
         from kb_eval.isolation.child import child_main
 
         child_main(spec)
+    except BaseException as e:  # noqa: BLE001 - said in the log, for the parent
+        import traceback
+
+        print(f"kb_eval child: {type(e).__name__}: {e}\n{traceback.format_exc()[-1500:]}",
+              file=sys.stderr, flush=True)
     finally:
         os._exit(70)  # child_main exits by itself; reaching here is a failure
 

@@ -59,7 +59,7 @@ def test_tripwires_quiet_when_nothing_changes():
                      classmethod(lambda cls, xs: None)), "kb_eval.timing.TimingStats.of"),
     (lambda: setattr(torch.backends.cuda.matmul, "allow_tf32", True),
      "torch.backends.cuda.matmul.allow_tf32"),
-    # the generators inputs are seeded on (inputs.seed_for)
+    # the generators inputs are seeded on (inputs.seeded)
     (lambda: setattr(torch, "default_generator", torch.Generator()), "torch.default_generator"),
     # the check that the device is idle when a timed call begins (child/threads.py)
     (lambda: setattr(__import__("kb_eval.eval.child.threads").eval.child.threads,
@@ -332,14 +332,26 @@ def _settle(tensors):
     return calm, saved
 
 
-def test_settled_sees_late_writes():
+def _write_while_it_waits(monkeypatch, tensor: torch.Tensor) -> None:
+    """A write that lands after the call returned, during settled's wait: done from the
+    wait itself, so that it lands there whatever the machine's load (a timer thread may
+    not run in time on a busy machine)."""
+    real = probes.clocks.sleep
+
+    def sleep(seconds: float) -> None:
+        tensor.fill_(1.0)
+        real(seconds)
+
+    monkeypatch.setattr(probes.clocks, "sleep", sleep)
+
+
+def test_settled_sees_late_writes(monkeypatch):
     out = torch.zeros(4)
     calm, snap = _settle([out])
     assert calm and probes.same_tensor(snap[0], out)
 
-    import threading
     late = torch.zeros(4)
-    threading.Timer(0.002, lambda: late.fill_(1.0)).start()
+    _write_while_it_waits(monkeypatch, late)
     calm, snap = _settle([late])
     assert not calm and snap[0].sum() == 0  # judged as the call left it
 
@@ -350,9 +362,8 @@ def test_settled_large_outputs_by_fingerprint(monkeypatch):
     monkeypatch.setattr(probes, "SNAPSHOT_MAX_BYTES", 8)
     out = torch.zeros(64)
     assert _settle([out])[0]
-    import threading
     late = torch.zeros(64)
-    threading.Timer(0.002, lambda: late.fill_(1.0)).start()
+    _write_while_it_waits(monkeypatch, late)
     assert not _settle([late])[0]
 
 
@@ -369,9 +380,8 @@ def test_settled_large_outputs_against_their_saved_copy(monkeypatch):
         return buffers[-1]
 
     assert probes.settled([torch.zeros(64)], torch.device("cpu"), 0.0, save, lambda ts: True)
-    import threading
     late = torch.zeros(64)
-    threading.Timer(0.002, lambda: late.fill_(1.0)).start()
+    _write_while_it_waits(monkeypatch, late)
     assert not probes.settled([late], torch.device("cpu"), 0.0, save, lambda ts: True)
     assert buffers[-1][0].view(torch.float32).sum() == 0
 

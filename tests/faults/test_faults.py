@@ -100,15 +100,16 @@ def settled_leftovers(token: str, wait_s: float = 3.0) -> list[int]:
     return pids
 
 
-def evaluate(order, backend, tmp_path_factory, tag) -> dict:
+def evaluate(order, backend, tmp_path_factory, tag, *extra: str) -> dict:
     root = tmp_path_factory.mktemp(f"faults_{tag}")
     (root / ".kb_fault_tamper_ok").write_text("the tamper_files candidate may vandalise here\n")
     token = f"kbfault-{uuid.uuid4().hex}"
     entries = [(name, key, CANDIDATES / file) for name, file, key in order]
     proc, records, path = run_eval(entries, backend=backend, results_dir=root / "results",
                                    cache_dir=root / "cache",
-                                   args=ARGS + ("--mem-limit-mb", MEM_LIMIT_MB[backend]),
-                                   env={"KB_FAULT_TOKEN": token})
+                                   args=ARGS + ("--mem-limit-mb", MEM_LIMIT_MB[backend],
+                                                *extra),
+                                   env={"KB_EVAL_FAULT_TOKEN": token})
     leftovers = settled_leftovers(token)
     marked = [p for p in leftovers if p in sandbox_processes(token)]
     kill_leftovers(leftovers)
@@ -189,14 +190,17 @@ def test_vandal_changes_no_verdict(cpu_run):
 
 def test_escape_from_the_sandbox_marker(tmp_path_factory):
     """A descendant that drops the KB_EVAL_SANDBOX marker from its environment (exec with
-    env={}) and leaves its session is invisible to a marker-based reaper; the eval's
-    sweep (kb_eval/eval/schedule/reaper.py) ends it and names it on the record."""
-    run = evaluate([("escape_env", "escape_env.py", SCALE_ADD)], "cpp", tmp_path_factory,
-                   "escape")
-    r = _record(run, "escape_env")
-    assert r["status"] == "correct", r
-    assert "left_processes" in {f["code"] for f in r["flags"]}
-    assert run["leftovers"] == [], "the marker-less escapee outlived the run"
+    env={}) and leaves its session is invisible to a marker-based reaper. In the sandbox
+    it ends with the child's PID namespace; without it (--no-sandbox), the eval's sweep
+    (kb_eval/eval/schedule/reaper.py) ends it and names it on the record."""
+    for extra in ((), ("--no-sandbox",)):
+        run = evaluate([("escape_env", "escape_env.py", SCALE_ADD)], "cpp", tmp_path_factory,
+                       "escape", *extra)
+        r = _record(run, "escape_env")
+        assert r["status"] == "correct", r
+        assert run["leftovers"] == [], "the marker-less escapee outlived the run"
+        if extra:  # only the evaluator's own sweep found it
+            assert "left_processes" in {f["code"] for f in r["flags"]}
 
 
 # ------------------------------------------------------------------ GPU faults
@@ -230,27 +234,37 @@ def test_gpu_honest_records_intact(gpu_run, name):
     assert gpu_run["leftovers"] == []
 
 
-def test_kill_stops_the_run_cleanly(tmp_path):
-    """`kill` (SIGTERM: a timeout, a batch scheduler) stops a run as Ctrl-C does: the
-    running candidate's child is killed although it ignores SIGTERM itself, no process
-    of the run is left, the finished record is kept, exit 130 with one line."""
+# Ctrl-C or kill to exit (issue 59: within 5 s); the bound leaves room for a busy machine
+# while catching a stop that waits for a build or a zygote's start (35-127 s before).
+STOP_S = 15.0
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_kill_stops_the_run_cleanly(tmp_path, sig):
+    """`kill` (SIGTERM: a timeout, a batch scheduler) stops a run as Ctrl-C (SIGINT) does,
+    promptly: the running candidate's child is killed although it ignores SIGTERM itself,
+    no process of the run is left, the finished record is kept, exit 130 with one line.
+    Promptly: well under STOP_S, on a busy 2-core machine (3 s measured there)."""
     token = f"kbfault-{uuid.uuid4().hex}"
     entries = [("honest", SCALE_ADD, CANDIDATES / "honest_torch.py"),
                ("host_loop", SCALE_ADD, CANDIDATES / "host_loop.py")]
     cmd, env, names, path = eval_command(
         entries, backend="cpp", results_dir=tmp_path / "results", cache_dir=tmp_path / "cache",
         args=("--jobs", "1", "--trials", "3", "--warmup", "1", "--correct-trials", "2",
-              "--run-timeout", "600"), env={"KB_FAULT_TOKEN": token})
+              "--run-timeout", "600"), env={"KB_EVAL_FAULT_TOKEN": token})
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 300
         while not ("honest" in read_records(path, names) and sandbox_processes(token)):
             assert proc.poll() is None and time.monotonic() < deadline, "never got there"
             time.sleep(0.2)
         time.sleep(2)  # host_loop's child is in its endless call by now
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(sig)
+        sent = time.monotonic()
         _, err = proc.communicate(timeout=120)
+        stop_s = time.monotonic() - sent
     finally:
         proc.kill()
     leftovers = settled_leftovers(token)
@@ -259,3 +273,4 @@ def test_kill_stops_the_run_cleanly(tmp_path):
     assert "interrupted: what was finished is saved" in err
     assert read_records(path, names)["honest"]["status"] == "correct"
     assert leftovers == [], "processes of the run outlived it"
+    assert stop_s < STOP_S, f"the run took {stop_s:.1f} s to stop"

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kb_eval.eval.judge.references import ReferenceStore
+from kb_eval.eval.schedule import pch_warm
 from kb_eval.eval.schedule.build import BuildOutcome, Builder, front_name, toolchain_fingerprint
 from kb_eval.eval.schedule.context import EvalContext
 from kb_eval.eval.schedule.lane import clean_up, evaluate_guarded
@@ -108,7 +109,8 @@ def build_on_node(spec: dict, source: str, workdir: str,
     # 20 build workers started 40 torch imports that sat idle beside the compilers).
     builder = Builder(root=cfg.cache_dir / "builds", fingerprint=spec["fingerprint"],
                       env=spec["build_env"], timeout_s=cfg.build_timeout_s,
-                      mem_limit_mb=cfg.mem_limit_mb, spares=False)
+                      mem_limit_mb=cfg.mem_limit_mb, spares=False, warm_pch=False)
+    pch_warm.warm_once(builder)  # once per Ray worker, before its first build
     try:
         return builder.build(source, Path(workdir), first_call)
     finally:
@@ -145,6 +147,23 @@ def node_mismatch(spec: dict, ctx: EvalContext) -> str | None:
     return None
 
 
+def node_sandbox_error(config) -> str | None:
+    """Why this node cannot run the driver's candidates sandboxed (None: it can, or the
+    run has --no-sandbox): the driver's own probe says nothing of another host."""
+    if not config.sandbox:
+        return None
+    import ray
+
+    from kb_eval.isolation.sandbox import Policy
+    from kb_eval.isolation.sandbox_probe import probe_afresh
+
+    why = probe_afresh(Policy(write=[str(config.cache_dir)]))
+    if why is None:
+        return None
+    return (f"node {ray.util.get_node_ip_address()} cannot start the sandbox "
+            f"({why.splitlines()[0]}); --no-sandbox runs candidates without it")
+
+
 class Lane:
     """A Ray actor: one device lane. The driver calls `ready` once, then `evaluate` per
     sample (one at a time), `abort` to kill what runs (Ctrl-C), `close` at the end."""
@@ -164,7 +183,8 @@ class Lane:
             arch_list=spec["arch_list"], fingerprint=spec["fingerprint"],
             invocation_dir=Path(spec["invocation_dir"]), compiler_env=spec["compiler_env"],
             secret=None)
-        self.error = shared_cache_error(spec) or node_mismatch(spec, self.ctx)
+        self.error = (shared_cache_error(spec) or node_mismatch(spec, self.ctx)
+                      or node_sandbox_error(self.ctx.config))
         self.refs = None if self.error else ReferenceStore(self.ctx)
         if self.refs is not None:
             start_children(self.ctx, self.device)

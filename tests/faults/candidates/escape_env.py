@@ -7,7 +7,7 @@ import sys
 
 import torch.nn as nn
 
-TOKEN = os.environ.get("KB_FAULT_TOKEN", "none")
+TOKEN = os.environ.get("KB_EVAL_FAULT_TOKEN", "none")
 
 
 class ModelNew(nn.Module):

@@ -8,7 +8,7 @@ import sys
 
 import torch.nn as nn
 
-TOKEN = os.environ.get("KB_FAULT_TOKEN", "none")
+TOKEN = os.environ.get("KB_EVAL_FAULT_TOKEN", "none")
 SLEEPER = f"import time; time.sleep(600)  # {TOKEN}"
 
 
