@@ -1,4 +1,4 @@
-"""The memory plan's sizes kept across runs (references.KeptSizes) and the reference
+"""The memory plan's sizes kept across runs (memplan.KeptSizes) and the reference
 server's start-up warm-up in a thread of its own (reference_worker.warm_up): a run whose
 problems were planned before answers its plans without the meta device's forward, and
 nothing that times runs beside the warm-up's imports."""
@@ -14,7 +14,8 @@ import pytest
 
 from kb_eval.eval.config import EvalConfig
 from kb_eval.eval.judge import reference_worker
-from kb_eval.eval.judge.references import KeptSizes, ReferenceStore
+from kb_eval.eval.judge.references import ReferenceStore
+from kb_eval.eval.schedule.memplan import KeptSizes
 from kb_eval.eval.schedule.context import EvalContext
 from kb_eval.problems import Problem
 
@@ -123,7 +124,7 @@ print(before, "torch._dynamo" in sys.modules, plan["out_bytes"])
 
 
 def test_calls_that_start_a_sample_get_the_server_before_those_that_end_one():
-    from kb_eval.eval.judge.references import ServerTurns
+    from kb_eval.eval.judge.server_turns import ServerTurns
 
     turns, order = ServerTurns(), []
     release = threading.Event()

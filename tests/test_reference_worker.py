@@ -14,6 +14,8 @@ import torch
 
 from kb_eval.eval.wire import outputs
 from kb_eval.eval.judge import correctness, reference_worker
+from kb_eval.eval.judge.loaded import LOADED
+from kb_eval.eval.schedule import memplan_server
 from kb_eval.eval.wire.labels import label_name
 from kb_eval.harness import inputs_for
 from kb_eval.inputs import make_inputs
@@ -61,13 +63,13 @@ def _candidate_files(folder, labels, wrong=()) -> None:
 
 @pytest.fixture(autouse=True)
 def fresh_server_state():
-    reference_worker._LOADED.clear()
+    LOADED.clear()
     yield
-    reference_worker._LOADED.clear()
+    LOADED.clear()
 
 
 def _calls() -> int:
-    (problem,) = reference_worker._LOADED.values()
+    (problem,) = LOADED.values()
     return problem.module.CALLS[0]
 
 
@@ -112,7 +114,7 @@ def test_an_output_equal_to_the_reference_needs_no_float64_run(tmp_path):
     r = reference_worker.compare_sample({**payload, "labels": labels[:3]}, tmp_path)
     assert _calls() == 7 + 1
     assert not r["diffs"]["correct_1"]["f64"]["ok"] and r["diffs"]["correct_2"]["f64"]["ok"]
-    (problem,) = reference_worker._LOADED.values()
+    (problem,) = LOADED.values()
     assert {"correct_1", "correct_2"} <= set(problem.truth) and "correct_0" not in problem.truth
 
 
@@ -158,7 +160,7 @@ def test_the_truth_is_of_the_inputs_the_candidate_got(tmp_path, monkeypatch):
     assert good["max_abs"] > 0 and "identical" not in good["f64"]
     assert good["f64"]["ok"], good["f64"]
     assert not bad["f64"]["ok"] and not bad["ok"]
-    (problem,) = reference_worker._LOADED.values()
+    (problem,) = LOADED.values()
     assert set(problem.truth) == {"correct_0", "correct_1"}  # computed either way, kept
 
 
@@ -211,7 +213,7 @@ def test_a_stateful_reference_still_runs_after_its_float64_run(tmp_path):
     r = reference_worker.compare_sample(payload, tmp_path)
     assert set(r["diffs"]) == {"correct_0", "correct_1", "correct_2"}
     assert all("f64" in d and "f64_skipped" not in d for d in r["diffs"].values()), r["diffs"]
-    (problem,) = reference_worker._LOADED.values()
+    (problem,) = LOADED.values()
     assert problem.model.state.dtype == torch.float32
 
 
@@ -225,7 +227,7 @@ def test_buffers_this_server_never_exported_are_ours_to_retry(tmp_path):
     payload = _payload(tmp_path, labels)
     payload["compare"]["exchange"] = "4242:/gone/sample"
     assert reference_worker.compare_sample(payload, tmp_path) == {"exchange_lost": True}
-    assert not reference_worker._LOADED  # no reference ran
+    assert not LOADED  # no reference ran
     payload["compare"]["exchange"] = None  # files: judged as usual
     r = reference_worker.compare_sample(payload, tmp_path)
     assert r["diffs"]["correct_0"]["ok"] is False
@@ -236,7 +238,7 @@ def test_buffers_it_cannot_export_are_an_answer_not_a_failed_call(tmp_path):
     the sample uses files, and the server goes on (a raised call would end it)."""
     got = reference_worker.export_buffers({"key": "k", "n": 65, "bytes": 1 << 20},
                                           torch.device("cpu"))
-    assert "error" in got and "k" not in reference_worker._EXCHANGES
+    assert "error" in got and "k" not in reference_worker.EXCHANGES
 
 
 @pytest.mark.parametrize("untimed", [True, False])
@@ -251,7 +253,7 @@ def test_a_round_starts_with_one_untimed_call_unless_told_not_to(untimed):
     rounds = paired_rounds(settings)
     made = []
     for due in ([0], [1, 2]):  # as the pairing asks: round 0 alone, then two back to back
-        before = _calls() if reference_worker._LOADED else 0
+        before = _calls() if LOADED else 0
         out = reference_worker.compare_sample(
             {"time_calls": True, "rounds": due, "problem_code": PROBLEM, "device": "cpu",
              "precision": "fp32", "seed": SEED, "timing": settings.model_dump(),
@@ -297,7 +299,7 @@ def test_a_slow_meta_forward_leaves_the_outputs_size_unknown_within_the_limit():
         {"plan": True, "problem_code": SLOW_ON_META, "device": "cpu", "precision": "fp32"},
         None)
     took = time.monotonic() - started
-    assert took < reference_worker.META_FORWARD_MAX_S + 5
+    assert took < memplan_server.META_FORWARD_MAX_S + 5
     assert plan["out_bytes"] is None and "_TooLong" in plan["meta_error"]
     assert plan["in_bytes"] == 8 * 256 * 4 and plan["weights_bytes"] == 256 * 4
     assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)  # no timer left armed

@@ -1,4 +1,4 @@
-"""Recurrent layers on the meta device, for the memory plan (reference_worker.plan_problem).
+"""Recurrent layers on the meta device, for the memory plan (memplan_server.plan_problem).
 
 `nn.RNN`, `nn.LSTM` and `nn.GRU` have no meta kernel of their own: on the meta device they
 run decomposed, op by op in Python, one step per time step and layer (KernelBench level

@@ -17,21 +17,23 @@ an answer (killed from outside, say) is started again and asked once more.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import math
-import os
 import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
 
 from kb_eval import clocks
 from kb_eval.eval.judge.crashes import crash_info
+from kb_eval.eval.judge.server_turns import ServerTurns, note_server_time, out_of_memory
+# re-exported: schedule/sample.py imports it from here
+from kb_eval.eval.judge.server_turns import take_server_seconds  # noqa: F401
 from kb_eval.eval.schedule.context import EvalContext, is_cpu
+from kb_eval.eval.schedule.memplan import IdleMemory, KeptSizes, MemoryPlan, keep_bytes, make_plan
 from kb_eval.eval.wire.labels import parse_label
 from kb_eval.isolation import ChildOutcome, Server
+from kb_eval.peaks import PeaksFile, peaks_path, read_peaks, write_peaks
 from kb_eval.problems import Problem
 from kb_eval.results import CrashInfo
 from kb_eval.devlock import device_lock
@@ -39,31 +41,6 @@ from kb_eval.timing import TimingSettings, TimingStats, budgeted
 
 if TYPE_CHECKING:
     from kb_eval.eval.schedule.exchange import Exchange
-
-
-# Seconds the servers spent on the calls this thread made (a lane's thread: its current
-# sample's), queueing for a server not included; the paired rounds are counted apart.
-_SERVER_TIME = threading.local()
-CALL_KINDS = ("plan", "estimate", "export", "exchange_free", "compare")
-
-
-def take_server_seconds() -> dict[str, float]:
-    """The servers' seconds for this thread's calls since the last take, as phases:
-    "server" in all, "server_<kind>" per kind of call (CALL_KINDS) and, of the
-    comparisons, the parts the server timed itself ("server_truth": float64 runs...)."""
-    spent, _SERVER_TIME.spent = getattr(_SERVER_TIME, "spent", {}), {}
-    return {k: round(v, 3) for k, v in spent.items()}
-
-
-def _note_server_time(payload: dict, seconds: float, out: ChildOutcome | None) -> None:
-    kind = next((k for k in CALL_KINDS if payload.get(k)), "other")
-    parts = (out.result or {}).get("spent") if out is not None and out.ok else None
-    spent = getattr(_SERVER_TIME, "spent", {})
-    for part, s in [("server", seconds), (f"server_{kind}", seconds),
-                    *((f"server_{k}", v) for k, v in (parts or {}).items()
-                      if isinstance(v, (int, float)))]:
-        spent[part] = spent.get(part, 0.0) + s
-    _SERVER_TIME.spent = spent
 
 
 @dataclass
@@ -85,61 +62,9 @@ class ReferenceState:
 
 
 @dataclass
-class MemoryPlan:
-    """Whether a problem can be judged on a device, from the reference's footprint
-    (inputs + outputs, or the baseline's measured peak when larger) and what the device
-    offers with the evaluator idle (free GPU memory after the reference server released
-    what it does not keep; on a CPU, the children's memory limit)."""
-    need_bytes: int | None = None
-    free_bytes: int | None = None
-    out_bytes: int | None = None  # one call's outputs (sizes how many are checked)
-    reason: str | None = None  # set: too large to judge here
-    truth_reason: str | None = None  # set: no room for the float64 truth (KernelBench rule)
-    truth_bytes: int | None = None  # what computing one label's float64 truth needs
-
-    @property
-    def fits(self) -> bool:
-        return self.reason is None
-
-
-def gib(n: int | None) -> str:
-    return "?" if n is None else f"{n / (1 << 30):.1f} GiB"
-
-
-def make_plan(sizes: dict, baseline_peak: int | None, mem_limit_mb: int | None) -> MemoryPlan:
-    """The plan from the server's sizes (plan_problem) and the baseline's peak."""
-    known = [sizes.get("in_bytes"), sizes.get("out_bytes"), baseline_peak]
-    need = None
-    if sizes.get("in_bytes") is not None:
-        need = max(sizes["in_bytes"] + (sizes.get("out_bytes") or 0), baseline_peak or 0)
-    elif baseline_peak:
-        need = baseline_peak
-    free = sizes.get("free_bytes")
-    if free is None and mem_limit_mb:
-        free = mem_limit_mb << 20  # a CPU: the host memory a child may use
-    plan = MemoryPlan(need, free, sizes.get("out_bytes"))
-    where = "free on the device" if "free_bytes" in sizes else "under the memory limit"
-    if need is not None and free is not None and need > free:
-        plan.reason = (f"the reference needs {gib(need)} ({'inputs ' + gib(known[0])}, "
-                       f"outputs {gib(known[1])}), {gib(free)} {where}")
-    elif need is not None and free is not None:
-        # The float64 run of one label on top: the model widened in place (weights x
-        # 8/itemsize, the narrow copy freed as it goes) and its inputs, outputs and
-        # temporaries widened too; computed one label at a time and dropped.
-        widen = 8 // max(1, int(sizes.get("itemsize") or 4))
-        truth = need + widen * (need + (sizes.get("weights_bytes") or 0))
-        if truth > free:
-            plan.truth_reason = (f"no room for the float64 truth: it needs {gib(truth)}, "
-                                 f"{gib(free)} {where}")
-        else:
-            plan.truth_bytes = truth
-    return plan
-
-
-@dataclass
 class ReferenceRun:
     """One sample's reference run: what the reference showed per label, and each label's
-    comparison with the candidate's output (reference_worker.compare_sample)."""
+    comparison with the candidate's output (judge/compare.py)."""
     state: ReferenceState
     seen: dict[str, dict] = field(default_factory=dict)
     diffs: dict[str, dict] = field(default_factory=dict)
@@ -151,107 +76,13 @@ class ReferenceRun:
         return self.state.error
 
 
-def keep_bytes(mem_limit_mb: int | None) -> int:
-    """How many bytes of reference outputs the server may keep between samples: up to
-    8 GiB, and a quarter of its memory limit (outputs on a CPU count towards it)."""
-    return min(8 << 30, (mem_limit_mb << 20) // 4 if mem_limit_mb else 8 << 30)
-
-
-def _out_of_memory(out: ChildOutcome) -> bool:
-    """A server task that ran out of device memory left the server sound (PyTorch frees
-    what the task held): it keeps running, and with it the device buffers it holds for
-    the other samples in flight. Ended instead, each of those samples lost its outputs
-    (`exchange_lost`), and on the H100 their retries, in flight together again, met the
-    same shortage: seven of KernelBench level 1's copies were `eval_error`."""
-    return "OutOfMemoryError" in (out.error or "")
-
-
-class ServerTurns:
-    """One call at a time on a device's server, and the calls that start a sample (its
-    plan, the estimate, its output buffers) or time one (a paired round) before those
-    that end one (a comparison, freeing buffers). When a timing step lets go of the
-    device, the finished samples' comparisons and the next samples' buffers all wait for
-    the server: on the H100 (100 cached CUDA candidates, depth 3) the buffers came after
-    the comparisons, so the next children started late and missed the device's shared
-    turn, which the first child ready to time closes (devlock.py): 2.2 timing steps per
-    turn with three samples in flight. Ending calls wait only while starting ones are queued, and
-    those are bounded by the samples in flight."""
-
-    FIRST = ("plan", "estimate", "export", "time_calls")
-
-    def __init__(self):
-        self.cond = threading.Condition()
-        self.busy = False
-        self.first_waiting = 0
-
-    @contextlib.contextmanager
-    def held(self, payload: dict) -> Iterator[None]:
-        first = any(payload.get(k) for k in self.FIRST)
-        with self.cond:
-            self.first_waiting += first
-            self.cond.wait_for(lambda: not self.busy and (first or not self.first_waiting))
-            self.first_waiting -= first
-            self.busy = True
-        try:
-            yield
-        finally:
-            with self.cond:
-                self.busy = False
-                self.cond.notify_all()
-
-
-class KeptSizes:
-    """Each problem's sizes for the memory plan (the bytes of its inputs, outputs and
-    weights: reference_worker.plan_problem), kept in the cache across runs, by the
-    problem's code, the precision and the toolchain. They come from a forward on the
-    meta device, whose first op imports torch._dynamo: a run whose problems were all
-    planned before starts judging without waiting for that (on the H100, about half of
-    the ~8 s before a warm run's first plan). Sizes that did not come out whole (an op
-    without a meta kernel, a forward over its time bound) are not kept. Like the build
-    cache, trusted across runs (docs/GUARANTEES.md): a file that does not read back as
-    sizes is ignored."""
-
-    FIELDS = ("in_bytes", "out_bytes", "weights_bytes", "itemsize")
-
-    def __init__(self, folder: Path, fingerprint: str):
-        self.folder, self.fingerprint = folder, fingerprint
-
-    def _path(self, code: str, precision: str) -> Path:
-        key = hashlib.sha256("\0".join(["plan-1", self.fingerprint, precision, code])
-                             .encode()).hexdigest()
-        return self.folder / f"{key}.json"
-
-    def get(self, code: str, precision: str) -> dict | None:
-        try:
-            sizes = json.loads(self._path(code, precision).read_text())
-        except (OSError, ValueError):
-            return None
-        ok = (isinstance(sizes, dict) and set(sizes) == set(self.FIELDS)
-              and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
-                      for v in sizes.values()))
-        return sizes if ok else None
-
-    def put(self, code: str, precision: str, plan: dict) -> None:
-        sizes = {k: plan.get(k) for k in self.FIELDS}
-        if plan.get("meta_error") or not all(isinstance(v, int) for v in sizes.values()):
-            return
-        path = self._path(code, precision)
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}")
-            tmp.write_text(json.dumps(sizes))
-            os.replace(tmp, path)
-        except OSError:
-            pass  # a cache that cannot be written only costs the next run the forward
-
-
 class ReferenceStore:
     def __init__(self, ctx: EvalContext):
         self.ctx = ctx
         root = ctx.invocation_dir / "refs"
         self.servers = {d: Server("kb_eval.eval.judge.reference_worker:compare_sample",
-                                  ctx.device_env(d), root / d.replace("/", "_"),
-                                  warm_cuda=not is_cpu(d), survives=_out_of_memory)
+                                  ctx.device_env(d, sandboxed=False), root / d.replace("/", "_"),
+                                  warm_cuda=not is_cpu(d), survives=out_of_memory)
                         for d in ctx.devices}
         for server in self.servers.values():
             server.start()  # imports torch while the first builds run
@@ -259,7 +90,7 @@ class ReferenceStore:
         self._guard = threading.Lock()
         # A server runs one call at a time; several lanes of a device share it.
         self._server_locks = {d: ServerTurns() for d in ctx.devices}
-        self._others: dict[str, int] = {}  # device memory not ours, at its least (_idle_free)
+        self._idle = IdleMemory()
         self._device_floors: dict[str, dict] = {}  # device -> device_floor's figures
         self._floor_locks = {d: threading.Lock() for d in ctx.devices}
         self.sizes = KeptSizes(ctx.config.cache_dir / "plans", ctx.fingerprint)
@@ -282,7 +113,7 @@ class ReferenceStore:
                        "device": self.ctx.torch_device(device), "precision": cfg.precision,
                        "sizes": kept}
             out = self._call(device, payload)
-            sizes = self._idle_free(device, (out.result or {}) if out.ok else {})
+            sizes = self._idle.free(device, (out.result or {}) if out.ok else {})
             if kept is None and out.ok:
                 self.sizes.put(problem.code, cfg.precision, sizes)
             state.plan = make_plan(sizes, baseline_peak,
@@ -291,23 +122,6 @@ class ReferenceStore:
                 print(f"kb_eval: {problem.key} ({problem.name}) is too large to judge on "
                       f"{device}: {state.plan.reason}", file=sys.stderr)
             return state.plan
-
-    def _idle_free(self, device: str, sizes: dict) -> dict:
-        """`sizes` with `free_bytes` as the device offers it with the evaluator idle: what
-        is free now plus what other samples in flight hold (their children, the buffers
-        exported for them). Memory not the server's own is taken as it was when it was
-        least (the first plan of a run comes before any child starts): at lane depth 3 on
-        the H100, neighbours holding memory at plan time sent 12 GiB KernelBench problems'
-        outputs through files instead of device buffers (25 s a sample instead of 2.6 s)
-        and could have cost a problem its float64 truth."""
-        total, free = sizes.get("total_bytes"), sizes.get("free_bytes")
-        reserved = sizes.get("reserved_bytes")
-        if total is None or free is None or reserved is None:
-            return sizes
-        with self._guard:
-            others = min(total - free - reserved, self._others.get(device, total))
-            self._others[device] = others
-        return {**sizes, "free_bytes": max(free, total - others - reserved)}
 
     def sample_timing(self, problem: Problem, device: str) -> TimingSettings:
         """The timing settings of a sample of `problem`: the run's, with the timed calls
@@ -376,8 +190,7 @@ class ReferenceStore:
 
     def _wants_timing(self, state: ReferenceState, paired: bool) -> bool:
         """Whether this comparison also times the reference alone, once per problem: for a
-        live baseline, unless the sample's paired rounds already timed the reference
-        (that was a second timing of 100 calls per problem, kept only for the unpaired);
+        live baseline, unless the sample's paired rounds already timed the reference;
         a compiled baseline is built and timed here all the same, never inside a
         candidate's timing step, where its compile would run on the candidate's clock."""
         cfg = self.ctx.config
@@ -434,14 +247,26 @@ class ReferenceStore:
             return metrics
         with self._floor_locks[device]:
             if device not in self._device_floors:
+                known = read_peaks(peaks_path(self.ctx.config.results_dir,
+                                              self.ctx.hardware.slug), self.ctx.hardware)
                 out = self._call(device, {"device_floor": self.ctx.config.timing.model_dump(),
-                                          "device": self.ctx.torch_device(device)})
+                                          "device": self.ctx.torch_device(device),
+                                          "peaks": known is None})
                 figures = (out.result or {}) if out.ok else {"error": out.describe()}
-                self._device_floors[device] = figures
+                self._device_floors[device] = self._with_peaks(figures, known)
         figures = self._device_floors[device]
         if "error" in figures:  # the floor goes on with the problem's bytes alone
-            return {**metrics, "device_floor_error": figures["error"]}
+            return {**metrics, "device_floor_error": figures["error"],
+                    **{k: v for k, v in figures.items() if k == "peaks"}}
         return {**metrics, **figures}
+
+    def _with_peaks(self, figures: dict, known: PeaksFile | None) -> dict:
+        """The device's figures with the machine's peaks (kb_eval/peaks.py): the file's,
+        or those the server just measured, written beside the baseline files."""
+        measured = figures.pop("peaks_measured", None)
+        if known is None and isinstance(measured, dict):
+            known = write_peaks(self.ctx.config.results_dir, measured, self.ctx.hardware)
+        return {**figures, "peaks": known.model_dump(mode="json")} if known else figures
 
     def time_rounds(self, problem: Problem, device: str, rounds: list[int], ks: list[int],
                     settings: TimingSettings) -> list[dict]:
@@ -505,7 +330,7 @@ class ReferenceStore:
                 out = self._call_server(self.servers[device], payload)
                 return out
             finally:
-                _note_server_time(payload, clocks.monotonic() - started, out)
+                note_server_time(payload, clocks.monotonic() - started, out)
 
     def _call_server(self, server: Server, payload: dict) -> ChildOutcome:
         cfg = self.ctx.config

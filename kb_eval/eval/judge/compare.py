@@ -1,0 +1,183 @@
+"""A sample's comparison in the reference server (kb_eval/eval/judge/reference_worker.py).
+
+`Model` runs on the labels asked (correctness trials, the shape probe, timed calls by the
+candidate's seeds) and each output is compared with the candidate's file for that label,
+or the device buffer its header names, on the device. Reference outputs never touch the
+disk.
+
+With `compare.truth`, a label's reference also runs in float64 on the same inputs
+(rounded to the run's precision, then widened) and weights (the model widened in place
+for that call and narrowed back: exact, and no second copy of the weights stays on the
+device), one label at a time, and only when the candidate's output is further from the
+reference's than its rounding (truth.within_rounding: closer outputs pass the float64
+rule whatever the truth). The truth is dropped after its comparison unless it is a fixed
+label's and there is room to keep it with the outputs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+from kb_eval.eval.child.observe import observe, output_tensors
+from kb_eval.eval.child.probes import changed_since, fingerprints, probe_inputs, sync, tensor_bytes
+from kb_eval.eval.judge.correctness import judge_file, resolve_tolerance
+from kb_eval.eval.judge.floor import floor_metrics
+from kb_eval.eval.judge.loaded import Problem, baseline_model, loaded_problem
+from kb_eval.eval.judge.truth import Truth, computation_scale
+from kb_eval.eval.schedule.memplan_server import note_peak, release, reset_peak, room_for, with_room
+from kb_eval.eval.wire import outputs
+from kb_eval.eval.wire.labels import label_name
+from kb_eval.faults import inject_fault
+from kb_eval.harness import inputs_for, time_model
+from kb_eval.inputs import cast_tree, make_inputs, precision_dtype, widened
+from kb_eval.timing import TimingSettings, spent
+
+_STAGING = outputs.Staging()  # candidates' files are read into it, then copied to the GPU
+
+
+def compare_labels(payload: dict, device: torch.device,
+                   slots: list[torch.Tensor] | None) -> dict:
+    """{"seen", "diffs", "tolerance"} of the reference on payload["labels"] against the
+    candidate's outputs (files, or `slots`: its exported buffers); with the problem's
+    floor metrics and a live baseline's timing when the payload asks for them."""
+    inject_fault("reference_kill")
+    p = loaded_problem(payload, device)
+    compare = payload["compare"]
+    tol = resolve_tolerance(payload["precision"], compare.get("atol"), compare.get("rtol"),
+                            compare.get("rule", "f64"), getattr(p.module, "KB_TOLERANCE", None))
+    seen: dict[str, dict] = {}
+    diffs: dict[str, dict] = {}
+    refs = truth = None
+    for label in payload["labels"]:
+        kind, i, *rest = label
+        label_seed = rest[0] if rest else None
+        name = label_name((kind, i, label_seed))
+        try:
+            refs, seen[name], truth = _reference_outputs(p, payload, name, kind, i,
+                                                         label_seed, device)
+        except Exception as e:  # noqa: BLE001
+            if kind == "correct":  # the problem's own trials: a broken reference
+                raise
+            # The probe's shape, or a seed a candidate reported: never fatal for the
+            # problem (the parent counts a missing comparison against that candidate).
+            seen[name] = {"skipped": f"{type(e).__name__}: {e}".splitlines()[0][:200]}
+            continue
+        with spent("judge"):  # a lazy truth computed in it counts as "truth" too
+            diffs[name] = judge_file(Path(compare["folder"]) / f"{name}.out", refs,
+                                     tol["atol"], tol["rtol"],
+                                     _STAGING if device.type == "cuda" else None,
+                                     truth if isinstance(truth, list) or callable(truth)
+                                     else None, slots)
+        if isinstance(truth, str):
+            diffs[name]["f64_skipped"] = truth
+        truth = None  # a timed call's truth is not kept: freed before the next label
+    result: dict = {"seen": seen, "diffs": diffs, "tolerance": tol}
+    _once_per_problem(p, payload, device, result)
+    del refs, truth
+    release(device)
+    return result
+
+
+def _once_per_problem(p: Problem, payload: dict, device: torch.device, result: dict) -> None:
+    """The floor's metrics and a live baseline's timing into `result`, when asked."""
+    if payload.get("metrics"):
+        with spent("metrics"):
+            result["metrics"] = floor_metrics(p, payload, device)
+    if payload.get("timing") is not None:
+        timed = baseline_model(p, payload, device)
+        if isinstance(timed, str):
+            result["timing_error"] = timed
+        else:
+            settings = TimingSettings.model_validate(payload["timing"])
+            result["timing"] = time_model(timed, p.module, payload["seed"],
+                                          payload["precision"], device, settings).model_dump()
+
+
+def _inputs(module: ModuleType, seed: int, kind: str, i: int, label_seed, precision: str,
+            device: torch.device) -> list:
+    if label_seed is not None:  # a timed call of a candidate: its own seed
+        return make_inputs(module.get_inputs, label_seed, device, precision_dtype(precision))
+    inputs = inputs_for(module, seed, (kind, i), precision, device)
+    return probe_inputs(inputs) if kind == "shape" else inputs
+
+
+def _reference_outputs(p: Problem, payload: dict, name: str, kind: str, i: int, label_seed,
+                       device: torch.device):
+    """(outputs, what was seen, float64 truth or why there is none) of the reference on
+    one label; kept when the label is the same for every sample (correctness trials, shape
+    probe: no seed) and there is room."""
+    want_truth = bool(payload["compare"].get("truth"))
+    if name in p.outputs and (not want_truth or name in p.truth or p.truth_error):
+        return p.outputs[name], p.seen[name], p.truth.get(name, p.truth_error)
+    precision, seed = payload["precision"], payload["seed"]
+    if name in p.outputs:
+        tensors, seen = p.outputs[name], p.seen[name]
+    else:
+        inputs = _inputs(p.module, seed, kind, i, label_seed, precision, device)
+        with spent("reference"):
+            tensors, seen = _run_reference(p, inputs, kind, device)
+        del inputs  # gigabytes, maybe: the truth draws its own
+
+    def keep(truth) -> None:
+        kept = [tensors] + ([truth] if isinstance(truth, list) else [])
+        if label_seed is None and room_for(tensor_bytes(kept), device,
+                                           payload.get("keep_bytes", 0)):
+            p.outputs[name], p.seen[name] = tensors, seen
+            if isinstance(truth, list):
+                p.truth[name] = truth
+
+    if not want_truth or p.truth_error:
+        keep(None)
+        return tensors, seen, p.truth_error if want_truth else None
+
+    def truth_now():
+        # On the label's inputs drawn again (the same seed and label: the ones the
+        # candidate got), not on those the reference ran on: it may have changed them.
+        truth = float64_truth(p, _inputs(p.module, seed, kind, i, label_seed, precision,
+                                         device), precision, device)
+        keep(truth)
+        return truth
+    keep(None)
+    return tensors, seen, truth_now  # judge_file asks only beyond the reference's rounding
+
+
+def _run_reference(p: Problem, inputs: list, kind: str, device: torch.device):
+    prints = fingerprints(inputs)  # not a copy: inputs may be gigabytes
+    before = reset_peak(device)
+    with torch.no_grad():
+        out = with_room(lambda: p.model(*inputs), device)
+    sync(device)
+    note_peak(p, device, before)
+    tensors, seen = observe(out, inputs, None)
+    seen["mutated"] = changed_since(inputs, prints)
+    tensors = [t.detach() for t in tensors]
+    if kind == "correct":
+        if p.first is None:
+            p.first = fingerprints(tensors)
+        else:
+            seen["same_as_first"] = fingerprints(tensors) == p.first
+    return tensors, seen
+
+
+def float64_truth(p: Problem, inputs: list, precision: str,
+                  device: torch.device) -> list[torch.Tensor] | str:
+    """The reference in float64 on these (already rounded) inputs, or why it cannot run
+    so (remembered for the problem: its samples fall back to the KernelBench rule)."""
+    if p.truth_error:
+        return p.truth_error
+    try:
+        with spent("truth"):
+            scale = computation_scale(inputs, p.model)  # M of an output the truth zeroes
+            with widened(p.model, precision_dtype(precision)) as model, torch.no_grad():
+                # the widened inputs live only during the call
+                out = with_room(lambda: model(*[cast_tree(x, torch.float64) for x in inputs]),
+                                device)
+                sync(device)
+        return Truth([t.detach() for t in output_tensors(out)], scale)
+    except Exception as e:  # noqa: BLE001 - an op without float64 support, a fixed dtype
+        p.truth_error = ("the reference does not run in float64: "
+                         f"{type(e).__name__}: {e}".splitlines()[0][:300])
+        return p.truth_error

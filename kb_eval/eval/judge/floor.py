@@ -1,0 +1,60 @@
+"""What the physical floor needs, measured in the reference server where no candidate
+code runs: the problem's figures (once per problem, with its first comparison) and the
+device's own (once per device and run)."""
+
+from __future__ import annotations
+
+import torch
+
+from kb_eval import peaks
+from kb_eval.eval.child.observe import output_tensors
+from kb_eval.eval.child.probes import (copy_bandwidth, empty_call_ms, fingerprints, sync,
+                                       tensor_bytes)
+from kb_eval.eval.judge.loaded import Problem
+from kb_eval.harness import inputs_for
+from kb_eval.profile.launches import count_or_error
+from kb_eval.timing import TimingSettings
+from kb_eval.work import count_work
+
+
+def floor_metrics(p: Problem, payload: dict, device: torch.device) -> dict:
+    """The bytes a call reads and writes, (GPU) the L2 size, and the problem's work
+    (FLOPs and compulsory bytes: kb_eval/work.py). Nothing here is timed, so it runs
+    beside other samples' untimed work; the device's own figures (an empty call's time,
+    a copy's bandwidth) are `device_floor`'s."""
+    try:
+        inputs = inputs_for(p.module, payload["seed"], ("correct", 0), payload["precision"],
+                            device)
+        with torch.no_grad():
+            out = p.model(*inputs)
+        sync(device)
+        l2 = torch.cuda.get_device_properties(device).L2_cache_size if device.type == "cuda" else 0
+        outs = output_tensors(out)
+        deterministic = None if p.first is None else fingerprints(outs) == p.first
+        in_bytes, out_bytes = tensor_bytes(list(inputs)), tensor_bytes(outs)
+        peak = None if p.peak_bytes is None else in_bytes + p.peak_bytes
+        launches = (count_or_error(lambda: p.model(*inputs), device)  # once per problem
+                    if payload.get("count_launches") else None)
+        work = count_work(p.module, payload["precision"], lambda: (p.model, inputs),
+                          str(device))
+        return {"in_bytes": in_bytes, "out_bytes": out_bytes, "peak_bytes": peak,
+                "launches": launches, "deterministic": deterministic, "l2_bytes": l2,
+                "work": work.model_dump()}
+    except Exception as e:  # noqa: BLE001 - no floor then, but the outputs still count
+        return {"error": f"{type(e).__name__}: {e}"[:300]}
+
+
+def device_floor(timing: dict, device: torch.device, measure_peaks: bool = False) -> dict:
+    """The floor's figures of the device, the same for every problem: an empty call's
+    time through the run's timer (`timing`: its settings) and (GPU) a device copy's
+    bandwidth. Timed: the parent asks once per device and run, holding the device alone
+    for this call only (not for a problem's whole first comparison)."""
+    try:
+        settings = TimingSettings.model_validate(timing)
+        figures = {"empty_call_ms": empty_call_ms(device, settings, []),
+                   "copy_bytes_per_s": copy_bandwidth(device)}
+        if measure_peaks:  # no peaks file for this machine yet (kb_eval/peaks.py)
+            figures["peaks_measured"] = peaks.measure(str(device))
+        return figures
+    except Exception as e:  # noqa: BLE001 - no device figures then: the floor uses fewer
+        return {"error": f"{type(e).__name__}: {e}"[:300]}

@@ -1,0 +1,94 @@
+"""The problems the reference server keeps loaded (kb_eval/eval/judge/reference_worker.py).
+
+What a problem's reference gives is the same for every sample (same code, precision,
+seed), so the server keeps, per problem: the loaded module, the built model, the outputs
+of the correctness trials and the shape probe (under a memory budget), and the baseline
+compiled live. A later sample of that problem computes only its timed calls' outputs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from types import ModuleType
+
+import torch
+
+from kb_eval.compilers.tvm import baseline_callable as tvm_callable, is_tvm_mode
+from kb_eval.eval.child.calls import Watch
+from kb_eval.eval.child.probes import tensor_bytes
+from kb_eval.harness import compile_model, load_problem, reference_model
+from kb_eval.inputs import set_precision_flags
+
+MAX_PROBLEMS = 8  # problems kept loaded (models hold their weights)
+
+
+@dataclass
+class Problem:
+    module: ModuleType
+    model: torch.nn.Module
+    outputs: dict[str, list[torch.Tensor]] = field(default_factory=dict)
+    seen: dict[str, dict] = field(default_factory=dict)
+    truth: dict[str, list[torch.Tensor]] = field(default_factory=dict)  # float64 outputs
+    truth_error: str | None = None  # the reference cannot run in float64: why
+    first: list | None = None  # fingerprints of correct_0's outputs: input-independent?
+    peak_bytes: int | None = None  # the device memory a forward took, inputs included
+    # The baseline timed live, per mode other than eager: the compiled model, or why the
+    # compiler could not take this problem (--live-baseline --baseline-compile MODE).
+    compiled: dict[str, object] = field(default_factory=dict)
+    _watch: Watch | None = None
+
+    def watch(self, device: torch.device) -> Watch:
+        """Tripwires and a ledger of this process's own, for the bookkeeping around its
+        timed calls (calls.py); what they find here is never read."""
+        if self._watch is None:
+            self._watch = Watch(device)
+        return self._watch
+
+    @property
+    def bytes(self) -> int:
+        return sum(tensor_bytes(ts) for ts in (*self.outputs.values(), *self.truth.values()))
+
+    def forget_outputs(self) -> None:
+        self.outputs.clear()
+        self.seen.clear()
+        self.truth.clear()
+
+
+LOADED: OrderedDict[str, Problem] = OrderedDict()  # least recently used first
+
+
+def loaded_problem(payload: dict, device: torch.device) -> Problem:
+    """The problem's module and model, loaded once per (code, precision, seed, device)."""
+    precision = payload["precision"]
+    key = hashlib.sha256(repr((payload["problem_code"], precision, payload["seed"],
+                               str(device))).encode()).hexdigest()
+    set_precision_flags(precision)  # every call: nothing a problem's code did may linger
+    if key in LOADED:
+        LOADED.move_to_end(key)
+        return LOADED[key]
+    module, init = load_problem(payload["problem_code"], precision, device)
+    LOADED[key] = Problem(module, reference_model(module, init, precision, device))
+    while len(LOADED) > MAX_PROBLEMS:
+        LOADED.popitem(last=False)
+    return LOADED[key]
+
+
+def baseline_model(p: Problem, payload: dict, device: torch.device):
+    """What a live baseline times: the reference itself (eager), or the reference compiled
+    as `payload["baseline_mode"]` asks (torch.compile, TVM), built once per problem and
+    mode here, on the problem's own inputs; a string says why the compiler could not."""
+    mode = payload.get("baseline_mode") or "eager"
+    if mode == "eager":
+        return p.model
+    if mode not in p.compiled:
+        try:
+            if is_tvm_mode(mode):
+                p.compiled[mode] = tvm_callable(p.model, p.module, payload["seed"],
+                                                payload["precision"], device, mode)[0]
+            else:
+                p.compiled[mode] = compile_model(p.model, mode.removeprefix("compile-"))
+        except Exception as e:  # noqa: BLE001 - the compiler's limit, nobody's fault
+            p.compiled[mode] = f"{type(e).__name__}: {e}".splitlines()[0][:300]
+    return p.compiled[mode]

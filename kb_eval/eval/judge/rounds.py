@@ -1,0 +1,133 @@
+"""The reference's side of a paired timing (schedule/pairing.py), in the reference server
+(kb_eval/eval/judge/reference_worker.py), and the rough estimate of one call that sizes
+each sample's timed calls."""
+
+from __future__ import annotations
+
+import torch
+
+from kb_eval import clocks
+from kb_eval.eval.child.calls import TimedCalls
+from kb_eval.eval.child.probes import sync
+from kb_eval.eval.judge.loaded import LOADED, baseline_model, loaded_problem
+from kb_eval.eval.schedule.memplan_server import release, with_room
+from kb_eval.faults import inject_fault
+from kb_eval.harness import inputs_for
+from kb_eval.timing import (SPENT, TimingSettings, busy_ms_before_quiet, kept, paired_rounds,
+                            round_timer, spent, spent_since, take_launch_ms, time_calls)
+
+
+def time_rounds(payload: dict, device: torch.device) -> dict:
+    """The rounds `rounds` of a paired timing, back to back: the ones due at one
+    handshake, in one call (each server call costs the candidate's timing step time).
+    Each round makes its calls of the reference, each on fresh inputs drawn before its
+    clock starts, here where no candidate code runs; the candidate's child is stopped
+    meanwhile. One untimed call first (the candidate's rounds start the same way; none
+    with `round_untimed` off), and the run's warmup before the first round. {"rounds":
+    one answer per round}, or {"error": why not}.
+
+    The stopped candidate keeps its device memory. Out of memory beside it, a round is
+    tried once more with what this server only caches given back (reference outputs,
+    allocator blocks); out of memory again, the answer says so and the sample keeps its
+    unpaired timing (the server survives such an error: server_turns.out_of_memory)."""
+    answers = []
+    for i, r in enumerate(payload["rounds"]):
+        def one_round(r=r, first=i == 0) -> dict:
+            inject_fault("round_oom", torch.OutOfMemoryError)
+            return _time_round(payload, device, int(r), wait_quiet=first)
+
+        try:
+            answers.append(with_room(one_round, device, give_back=_give_back_cached))
+        except torch.OutOfMemoryError as e:
+            short = str(e).splitlines()[0][:200]
+            return {"error": f"out of device memory beside the stopped candidate: {short}"}
+        if "error" in answers[-1]:
+            return answers[-1]
+    return {"rounds": answers}
+
+
+def _give_back_cached(device: torch.device) -> None:
+    """Drop every kept reference output and float64 truth (they are recomputed when next
+    needed) and return the allocator's cached blocks."""
+    for p in LOADED.values():
+        p.forget_outputs()
+    release(device, force=True)
+
+
+def _time_round(payload: dict, device: torch.device, r: int, wait_quiet: bool) -> dict:
+    entered, spent_before = clocks.perf_counter(), SPENT.copy()
+    p = loaded_problem(payload, device)
+    settings = TimingSettings.model_validate(payload["timing"])
+    module, seed, precision = p.module, payload["seed"], payload["precision"]
+
+    timed = baseline_model(p, payload, device)
+    if isinstance(timed, str):  # the compiler's limit: an answer, not a failed server call
+        return {"error": f"no {payload.get('baseline_mode')} baseline: {timed}"}
+    # Kernels the stopped candidate queued may still run: wait them out, so that they
+    # never slow the reference's round, and report how long (phases.pair_busy_max). Once
+    # per call: the candidate stays stopped until its last round has ended.
+    with spent("quiet"):
+        busy_ms = busy_ms_before_quiet(device) if wait_quiet and device.type == "cuda" else 0.0
+    # Around each call, the candidate child's own bookkeeping (calls.py: on a host-bound
+    # problem that work slows the next call, so both sides do it). Not the full tripwire
+    # check after the round's last call: no timed call follows it in the round, and here,
+    # where no candidate code runs, it finds nothing.
+    rounds = paired_rounds(settings)
+    calls_r = rounds[r]
+    calls = TimedCalls(timed, p.watch(device), device,
+                       lambda i: (None, inputs_for(module, seed, ("timing", i), precision,
+                                                   device)),
+                       set(), len(calls_r), candidate=False)
+    with torch.no_grad():
+        timer = _untimed_calls(calls, settings, r, device)
+        ms = kept(settings, r, time_calls(calls.call, calls_r, timer, calls.args,
+                                          calls.on_output, collect=r == 0))
+    # The blocks this round's calls used stay cached until the last round, as the
+    # candidate's allocator keeps its own: given back after every round, each next
+    # round's first call would run on memory freshly mapped. The next request of any
+    # other kind releases them.
+    if r == len(rounds) - 1:
+        release(device)
+    SPENT["server"] += clocks.perf_counter() - entered
+    return {"ms": ms, "busy_ms": busy_ms, "launch_ms": take_launch_ms(timer),
+            "spent": spent_since(spent_before)}
+
+
+def _untimed_calls(calls: TimedCalls, settings: TimingSettings, r: int,
+                   device: torch.device):
+    """The round's untimed call (and the run's warmups before round 0), as the
+    candidate's; the round's timer, whose spin-up counts the round's untimed call (not
+    the warmups), as the candidate's."""
+    untimed = int(settings.round_untimed)
+    with spent("untimed"):
+        for i in range(untimed + (settings.warmup if r == 0 else 0)):
+            started = clocks.perf_counter()  # the last one is the round's untimed call
+            calls.call(*calls.args(-1 - i))
+            calls.untimed_ended()
+        sync(device)
+    timer = round_timer(device, settings, clocks.perf_counter() - started if untimed else 0.0)
+    take_launch_ms(timer)
+    return timer
+
+
+def estimate_call(payload: dict, device: torch.device) -> dict:
+    """{"ms": a rough time of one call of what paired rounds time (the baseline model),
+    "launch_ms": the part of it until the call returned (its launches, on a GPU), or
+    None}: the second of two synchronized calls, by the host's clock. It sizes each
+    sample's timed calls (timing.budgeted): never a figure that is scored, so it is
+    taken beside other children's untimed work, whose noise only moves that count."""
+    p = loaded_problem(payload, device)
+    timed = baseline_model(p, payload, device)
+    if isinstance(timed, str):
+        return {"ms": None}
+    inputs = inputs_for(p.module, payload["seed"], ("timing", -1), payload["precision"], device)
+    with torch.no_grad():
+        for _ in range(2):
+            started = clocks.perf_counter()
+            timed(*inputs)
+            returned = clocks.perf_counter()
+            sync(device)
+    ms = (clocks.perf_counter() - started) * 1e3
+    del inputs
+    release(device)
+    return {"ms": ms, "launch_ms": (returned - started) * 1e3 if device.type == "cuda" else None}

@@ -1,0 +1,76 @@
+"""The parent's calls to a reference server (judge/references.py): the order they get the
+server in, the seconds they cost each sample, and which failed call leaves the server
+running."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from typing import Iterator
+
+from kb_eval.isolation import ChildOutcome
+
+# Seconds the servers spent on the calls this thread made (a lane's thread: its current
+# sample's), queueing for a server not included; the paired rounds are counted apart.
+_SERVER_TIME = threading.local()
+CALL_KINDS = ("plan", "estimate", "export", "exchange_free", "compare")
+
+
+def take_server_seconds() -> dict[str, float]:
+    """The servers' seconds for this thread's calls since the last take, as phases:
+    "server" in all, "server_<kind>" per kind of call (CALL_KINDS) and, of the
+    comparisons, the parts the server timed itself ("server_truth": float64 runs...)."""
+    spent, _SERVER_TIME.spent = getattr(_SERVER_TIME, "spent", {}), {}
+    return {k: round(v, 3) for k, v in spent.items()}
+
+
+def note_server_time(payload: dict, seconds: float, out: ChildOutcome | None) -> None:
+    """Add one call's seconds (and the parts its answer timed) to this thread's count."""
+    kind = next((k for k in CALL_KINDS if payload.get(k)), "other")
+    parts = (out.result or {}).get("spent") if out is not None and out.ok else None
+    spent = getattr(_SERVER_TIME, "spent", {})
+    for part, s in [("server", seconds), (f"server_{kind}", seconds),
+                    *((f"server_{k}", v) for k, v in (parts or {}).items()
+                      if isinstance(v, (int, float)))]:
+        spent[part] = spent.get(part, 0.0) + s
+    _SERVER_TIME.spent = spent
+
+
+def out_of_memory(out: ChildOutcome) -> bool:
+    """A server task that ran out of device memory left the server sound (PyTorch frees
+    what the task held): it keeps running, and with it the device buffers it holds for
+    the other samples in flight, which would otherwise lose their outputs
+    (`exchange_lost`) and meet the same shortage again in their retries."""
+    return "OutOfMemoryError" in (out.error or "")
+
+
+class ServerTurns:
+    """One call at a time on a device's server, and the calls that start a sample (its
+    plan, the estimate, its output buffers) or time one (a paired round) before those
+    that end one (a comparison, freeing buffers): when a timing step lets go of the
+    device, the next samples' buffers are ready before the device's shared turn closes
+    (devlock.py), instead of coming after the finished samples' comparisons. Ending calls
+    wait only while starting ones are queued, and those are bounded by the samples in
+    flight."""
+
+    FIRST = ("plan", "estimate", "export", "time_calls")
+
+    def __init__(self):
+        self.cond = threading.Condition()
+        self.busy = False
+        self.first_waiting = 0
+
+    @contextlib.contextmanager
+    def held(self, payload: dict) -> Iterator[None]:
+        first = any(payload.get(k) for k in self.FIRST)
+        with self.cond:
+            self.first_waiting += first
+            self.cond.wait_for(lambda: not self.busy and (first or not self.first_waiting))
+            self.first_waiting -= first
+            self.busy = True
+        try:
+            yield
+        finally:
+            with self.cond:
+                self.busy = False
+                self.cond.notify_all()
