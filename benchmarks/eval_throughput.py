@@ -1,12 +1,18 @@
-"""Evaluation throughput, end to end: N distinct candidates, cold cache then warm cache.
+"""Evaluation throughput, end to end: the candidates, cold cache then warm cache.
 
-    python benchmarks/eval_throughput.py                 # GPU: 100 CUDA candidates
-    python benchmarks/eval_throughput.py --backend cpp --n 4 --trials 5   # CPU smoke run
-    python benchmarks/corpus/make_corpus.py /tmp/kb_corpus && \
-    python benchmarks/eval_throughput.py --corpus /tmp/kb_corpus   # realistic candidates
+    python benchmarks/eval_throughput.py                 # the corpus: 210 model-style candidates
+    python benchmarks/eval_throughput.py --corpus /tmp/kb_corpus   # a folder of candidates
+    python benchmarks/eval_throughput.py --synthetic     # GPU: 100 generated CUDA candidates
+    python benchmarks/eval_throughput.py --synthetic --backend cpp --n 4 --trials 5   # CPU smoke
     python benchmarks/eval_throughput.py --executor ray [--ray-address HOST:PORT]   # on Ray
 
-Candidates are variants of a few kernels (elementwise scale-add, bias+ReLU, GELU, row
+By default the corpus of benchmarks/corpus/make_corpus.py (levels 1-3, in the shapes
+trained models write: load_inline at import, in __init__ or in forward, CUDA graphs,
+torch.compile, jit, backend switches, slow, wrong and crashing ones) is generated into
+<workdir>/corpus and evaluated over `--source` problems; each pass then also compares the
+verdicts with its expected.json. `--n` takes that many of it, spread over the corpus.
+
+With `--synthetic`, candidates are variants of a few kernels (elementwise scale-add, bias+ReLU, GELU, row
 sum) over problems written to a temporary KernelBench-layout folder; each variant differs
 in block size, unrolling and a variant tag, so every source is distinct and builds on its
 own. Pass 1 starts from an empty build cache (every candidate compiles); pass 2 evaluates
@@ -21,7 +27,10 @@ so both passes share it; each pass starts its own lane actors. Run the command o
 `--executor local` and once with `--executor ray` to compare. On a cluster of several
 machines, --workdir must be a path every node sees (the build cache lives there).
 
-Each pass prints samples/s and the device busy share: the seconds the candidates' timing
+Each pass prints samples/s; the timing lock's share of the wall, the lock wait per sample
+(median, max) and the longest wait with who held the device meanwhile; and the compile
+seconds run children spent (estimated from the records' phases: benchmarks/
+throughput_figures.py). Then the device busy share: the seconds the candidates' timing
 steps held the devices' timing locks (they never overlap on one device) and, as an upper
 bound, those plus correctness and reference seconds (correctness overlaps between the
 children in flight, so it may count more than once), each over wall x devices. Beside
@@ -48,6 +57,7 @@ import os
 import resource
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -65,6 +75,10 @@ from kb_eval.problems import load_problems  # noqa: E402
 from kb_eval.ray_cluster import add_executor_flags, executor_config  # noqa: E402
 from kb_eval.settings import Defaults  # noqa: E402
 from kb_eval.timing import TimingSettings  # noqa: E402
+
+from throughput_figures import compile_lines, expected_lines, lock_lines  # noqa: E402
+
+MAKE_CORPUS = Path(__file__).resolve().parent / "corpus" / "make_corpus.py"
 
 # ------------------------------------------------------------------ problems
 PROBLEMS = {
@@ -286,14 +300,16 @@ class Stopped(Exception):
 
 
 def one_pass(label: str, pairs, config: EvalConfig, devices: int = 1,
-             trace: Path | None = None, every_ten=lambda records: None) -> list:
+             trace: Path | None = None, every_ten=lambda records: None,
+             corpus: Path | None = None) -> list:
     """Evaluate `pairs`, print the pass's figures, return its records. Stopped midway:
     the figures of the samples finished so far, then Stopped with them. `trace`: where
     the devices' lock holds are logged (kb_eval/devlock.py), emptied first. One file for
     every pass: the children's environment must not change between passes, or the
     zygote and the spare children started for one pass would not serve the next.
     `every_ten(records)` after every ten samples: a pass killed outright (SIGKILL, a
-    machine's time limit) keeps what it had finished."""
+    machine's time limit) keeps what it had finished. `corpus`: its expected.json, if
+    any, is compared with the verdicts."""
     if trace is not None:
         trace.write_text("")
         os.environ[TRACE_VAR] = str(trace)
@@ -310,6 +326,12 @@ def one_pass(label: str, pairs, config: EvalConfig, devices: int = 1,
         stopped = True
         label = f"{label}, STOPPED after {len(records)} of {len(pairs)}"
     summarize(label, records, config, devices, t0, cpu0)
+    wall = time.monotonic() - t0
+    figures = compile_lines(records, config.correct_trials) + expected_lines(records, corpus)
+    if trace is not None:
+        figures = lock_lines(trace, records, wall, devices) + figures
+    for line in figures:
+        print("  " + line, flush=True)
     if trace is not None and trace.stat().st_size:
         print("  " + hold_summary(hold_shares(trace)), flush=True)
         print("  " + gap_summary(timing_gaps(trace)), flush=True)
@@ -376,6 +398,24 @@ def corpus_pairs(folder: Path, source: str) -> list:
     return [(problems[(c.level, c.problem_id)], c.sample, c.path.read_text()) for c in files]
 
 
+def default_source() -> Path:
+    """KernelBench's problems beside the checkout (the main one or a worktree's), or in it."""
+    repo = Path(__file__).resolve().parents[1]
+    places = [repo.parent / "shared" / "kernelbench", repo / "shared" / "kernelbench",
+              repo.parents[1] / "shared" / "kernelbench"]
+    return next((s for s in places if s.is_dir()), places[0])
+
+
+def write_corpus(folder: Path, source: str) -> Path:
+    """The corpus of benchmarks/corpus/make_corpus.py, written to `folder`."""
+    done = subprocess.run([sys.executable, str(MAKE_CORPUS), str(folder), "--source", source],
+                          capture_output=True, text=True)
+    if done.returncode:
+        sys.exit(f"eval_throughput: make_corpus failed: {done.stderr.strip()[-300:]}")
+    print(done.stdout.strip(), flush=True)
+    return folder
+
+
 def write_records(path: Path, passes: dict, args) -> None:
     """Per pass, each sample's verdict, flags and speedup with its interval (for comparing
     runs), and where its time went (`phases`, `wall_s`: to compare runs sample by sample)."""
@@ -401,7 +441,10 @@ def main() -> int:
     import torch
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--n", type=int, default=100, help="number of distinct candidates")
+    p.add_argument("--n", type=int, default=None, help="number of candidates (--synthetic: "
+                   "default 100; the corpus: all, else this many spread over it)")
+    p.add_argument("--synthetic", action="store_true", help="generated variants of four "
+                   "kernels over four made-up problems instead of the corpus")
     p.add_argument("--backend", choices=["cuda", "cpp"],
                    default="cuda" if torch.cuda.is_available() else "cpp")
     p.add_argument("--trials", type=int, default=100,
@@ -433,12 +476,14 @@ def main() -> int:
     p.add_argument("--call-budget", type=float, default=EvalConfig().call_budget_s,
                    help="seconds per later call")
     p.add_argument("--corpus", type=Path, default=None, help="evaluate this folder of "
-                   "level<L>_problem<ID>_sample<S>.py candidates instead of generated ones")
+                   "level<L>_problem<ID>_sample<S>.py candidates (default: benchmarks/"
+                   "corpus/make_corpus.py's, written to <workdir>/corpus)")
     p.add_argument("--level", type=int, nargs="+", default=None, help="with --corpus: only "
                    "its candidates of these KernelBench levels (e.g. --level 2)")
-    p.add_argument("--source", default=str(Path(__file__).resolve().parents[2] / "shared"
-                                           / "kernelbench"),
-                   help="problems of --corpus (default: ../shared/kernelbench)")
+    p.add_argument("--source", default=str(default_source()),
+                   help="problems of the corpus (default: ../shared/kernelbench)")
+    p.add_argument("--no-sandbox", action="store_true", help="candidates outside the "
+                   "sandbox (kb_eval/isolation/sandbox.py), to measure what it costs")
     p.add_argument("--no-pch", action="store_true", help="compile without the precompiled "
                    "torch/extension.h (kb_eval/eval/schedule/pch.py), to measure what it saves")
     p.add_argument("--full-cuda-header", action="store_true", help="compile CUDA files "
@@ -473,8 +518,8 @@ def main() -> int:
     args.lane_depth = lane_depth(args.lane_depth, Defaults(), cpu=not gpu)
     if args.warm_only and args.cold_only:
         sys.exit("eval_throughput: --warm-only and --cold-only exclude each other")
-    if args.level and not args.corpus:
-        sys.exit("eval_throughput: --level selects candidates of --corpus")
+    if args.synthetic and (args.corpus or args.level):
+        sys.exit("eval_throughput: --synthetic excludes --corpus and --level")
     if args.warm_only and args.workdir is None:
         sys.exit("eval_throughput: --warm-only needs the --workdir of an earlier run")
     root = args.workdir or Path(tempfile.mkdtemp(prefix="kb_eval_bench_"))
@@ -484,12 +529,16 @@ def main() -> int:
     shutil.rmtree(root / "problems", ignore_errors=True)
     problems_dir = write_problems(root, args.rows or (4096 if gpu else 256),
                                   args.cols or (4096 if gpu else 256))
-    if args.corpus:
+    if not args.synthetic:
+        args.corpus = args.corpus or write_corpus(root / "corpus", args.source)
         pairs = [pair for pair in corpus_pairs(args.corpus, args.source)
                  if args.level is None or pair[0].level in args.level]
         if not pairs:
             sys.exit(f"eval_throughput: no candidates of level(s) {args.level} in {args.corpus}")
+        if args.n and args.n < len(pairs):
+            pairs = [pairs[i * len(pairs) // args.n] for i in range(args.n)]
     else:
+        args.n = args.n or 100
         problems = {p.problem_id: p for p in load_problems(str(problems_dir))}
         pairs = []
         for i in range(args.n):
@@ -506,7 +555,7 @@ def main() -> int:
                         pch=not args.no_pch, slim_cuda_header=not args.full_cuda_header,
                         lane_depth=args.lane_depth,
                         load_budget_s=args.load_budget, call_budget_s=args.call_budget,
-                        **executor)
+                        sandbox=not args.no_sandbox, **executor)
     devices = ray_devices(gpu) if executor else torch.cuda.device_count() if gpu else 1
     what = (f"{len(pairs)} candidates of {args.corpus} over "
             f"{len({p.key for p, _, _ in pairs})} problems of {args.source}" if args.corpus
@@ -524,7 +573,7 @@ def main() -> int:
                 if args.records:
                     write_records(args.records, {**passes, f"{name}_so_far": records}, args)
             passes[name] = one_pass(f"{name} cache", pairs, config, devices,
-                                    root / "locks.trace", so_far)
+                                    root / "locks.trace", so_far, args.corpus)
         except Stopped as e:  # what it finished is kept, under its own name
             passes[f"{name}_stopped"] = e.records
             raise KeyboardInterrupt from None

@@ -32,6 +32,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from kb_eval.isolation.sandbox import leader_pid
+
 
 TRACE_VAR = "KB_EVAL_LOCK_TRACE"
 
@@ -66,6 +68,14 @@ class DeviceLock:
         self._fd, self._mode = fd, mode
         self._trace("+")
 
+    def yield_turn(self) -> None:
+        """Let a timed region that waits for this shared hold go first: the hold let go
+        and taken again through the gate, where a waiting writer is ahead of it (with
+        none waiting, a few system calls)."""
+        if self._mode == "shared":
+            self.release()
+            self.acquire("shared")
+
     def release(self) -> None:
         if self._fd is not None:
             fd, self._fd = self._fd, None
@@ -77,7 +87,7 @@ class DeviceLock:
         """One line per hold's start (+) or end (-) when tracing (module docstring): one
         short O_APPEND write, so the lines of several processes never interleave."""
         if trace := os.environ.get(TRACE_VAR):
-            line = f"{time.monotonic():.6f} {os.getpid()} {self.path.stem} {self._mode} {event}\n"
+            line = f"{time.monotonic():.6f} {leader_pid()} {self.path.stem} {self._mode} {event}\n"
             try:  # a diagnostic: a trace that cannot be written never fails a hold
                 fd = os.open(trace, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
                 try:

@@ -10,13 +10,15 @@ candidate's child runs out of device memory in its setup, before the candidate's
 `draw_oom` (the child runs out of device memory drawing a correctness trial's inputs),
 `round_oom` (the reference server runs out of device memory in a paired round),
 `exchange_open` (a candidate's child cannot open the device buffers handed over for its
-outputs).
+outputs), `compile_stall` (a compile of the candidate's own in its run child takes a
+minute longer: `stall_if_armed`).
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import time
 from pathlib import Path
 
 VAR = "KB_EVAL_FAULTS"
@@ -56,3 +58,16 @@ def inject_fault(point: str, error: type[BaseException] = InjectedFault) -> None
     if point.endswith("_kill"):
         os.kill(os.getpid(), signal.SIGKILL)
     raise error(f"injected fault at {point}")
+
+
+def stall_if_armed(point: str, seconds: float) -> None:
+    """Sleep `seconds` here if the test armed this point (a slow step, on purpose)."""
+    if _armed(point):
+        time.sleep(seconds)
+
+
+def armed_folder() -> list[str]:
+    """The folder of armed points, when a test armed any: children fire (and remove)
+    them, so a sandbox lets them write there."""
+    folder = os.environ.get(VAR)
+    return [folder] if folder else []

@@ -107,8 +107,10 @@ def _evaluate(root, depth: int, samples: dict, cache, *extra: str) -> tuple[dict
     log = root / f"calls_{depth}.log"
     problems, cands = _write_inputs(root / f"d{depth}", log, samples)
     results = root / f"results_{depth}"
-    # --recheck-timed 0: these candidates are timed for the lock, not re-checked
-    proc = kit.cli("--candidates", str(cands), "--source", str(problems), "--backend", "cpp",
+    # --recheck-timed 0: these candidates are timed for the lock, not re-checked.
+    # --no-sandbox: the candidates log their calls, with their pids, to one shared file
+    # (a sandboxed child can write only its own scratch, and is pid 2 in its namespace).
+    proc = kit.cli("--no-sandbox", "--candidates", str(cands), "--source", str(problems), "--backend", "cpp",
                    "--live-baseline", "--trials", "4", "--warmup", "1", "--correct-trials",
                    "3", "--recheck-timed", "0", "--run-timeout", "60", "--jobs", "2",
                    "--name", "m", "--run", "r",
@@ -208,3 +210,90 @@ def test_lock_excludes_and_writers_are_not_starved(tmp_path):
     for t in threads:
         t.join(5)
     assert events == ["writer", "late reader"]
+
+
+# A candidate whose __init__ compiles (load_inline), the compile made a minute longer by
+# the `compile_stall` fault point (kb_eval/faults.py) in its run child; it logs the
+# compile's start (before load_inline) and span. The others wait in their first call
+# until it has begun, so their timing steps come while it compiles.
+COMPILING = LOGGER + '''
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+SOURCE = "#include <torch/extension.h>\\n" \\
+         "torch::Tensor scale_add(torch::Tensor x, torch::Tensor y) {{ return 2 * x + y; }}\\n"
+
+
+def _where():
+    try:
+        return open("progress").read().split()[0]
+    except (OSError, IndexError):
+        return "?"  # not a run child: the build's first call
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        t0, where = time.time(), _where()
+        if where == "load":
+            _logged("compile-start", lambda: None)
+        self.ext = load_inline("kb_overlap_stall", cpp_sources=SOURCE, functions=["scale_add"])
+        if where == "load":
+            with open(LOG, "a") as f:
+                f.write(f"{{os.getpid()}} compile {{t0:.6f}} {{time.time():.6f}}\\n")
+
+    def forward(self, x, y):
+        return _logged(_where(), lambda: (_spin(0.01), self.ext.scale_add(x, y))[1])
+'''
+
+AFTER_COMPILE_STARTS = CANDIDATE.replace('''            if _calls[0] == 1:
+                time.sleep(FIRST_CALL_S)  # a lazy compile in the first call
+''', '''            while _calls[0] == 1 and "compile-start" not in open(LOG).read():
+                time.sleep(0.05)  # the compiling sample has begun its compile
+''')
+
+
+def test_a_compile_in_init_delays_no_other_timing_step(tmp_path, build_cache_dir,
+                                                      monkeypatch):
+    """The candidate's own compile lets go of the device's lock (child/compiles.py): the
+    other samples' timing steps run and end while it still compiles, and every verdict
+    is what it would be."""
+    from kb_eval.faults import VAR
+
+    faults = tmp_path / "faults"
+    faults.mkdir()
+    (faults / "compile_stall").write_text("once")
+    monkeypatch.setenv(VAR, str(faults))
+    log = tmp_path / "calls.log"
+    log.touch()
+    problems, cands = _write_inputs(tmp_path, log, {})
+    (cands / "level1_problem1_sample0.py").write_text(
+        COMPILING.format(log=str(log)))
+    for s, bias in ((1, 0.0), (2, 0.0)):  # correct: a wrong one is not timed (gate.py)
+        (cands / f"level1_problem1_sample{s}.py").write_text(
+            AFTER_COMPILE_STARTS.format(log=str(log), first_s=0, bias=bias))
+    results = tmp_path / "results"
+    # --no-sandbox: the candidates log their calls, with their pids, to one shared file,
+    # and wait on each other through it (a sandboxed child writes only its own scratch).
+    # The load budget covers the others' wait in their first call (the compiling
+    # sample's build, then its start) and its own stalled compile.
+    proc = kit.cli("--no-sandbox", "--candidates", str(cands), "--source", str(problems),
+                   "--backend", "cpp", "--live-baseline", "--trials", "4", "--warmup", "1",
+                   "--correct-trials", "3", "--recheck-timed", "0", "--jobs", "2",
+                   "--load-budget", "400", "--run-timeout", "600", "--lane-depth", "3",
+                   "--name", "m", "--run", "r", "--results-dir", str(results),
+                   "--cache-dir", str(build_cache_dir))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert not (faults / "compile_stall").exists(), "the compile was not stalled"
+    samples = {s["sample"]: s for s in json.loads(
+        (results / "m" / "r" / "results.json").read_text())["samples"]}
+    assert {s: samples[s]["status"] for s in samples} == {
+        0: "correct", 1: "correct", 2: "correct"}, samples
+    calls = [(int(p), w, float(a), float(b)) for p, w, a, b in
+             (ln.split() for ln in log.read_text().splitlines())]
+    [(pid, _, began, compiled)] = [c for c in calls if c[1] == "compile"]
+    timed = [c for c in calls if c[1] == "timing" and c[0] != pid]
+    assert {c[0] for c in timed} and len({c[0] for c in timed}) == 2, calls
+    assert all(began < c[2] and c[3] < compiled for c in timed), (began, compiled, timed)
+    assert any(c[0] == pid and c[1] == "timing" for c in calls)  # and it was timed too

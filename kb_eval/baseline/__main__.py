@@ -11,13 +11,14 @@ from pathlib import Path
 
 import torch
 
-from kb_eval.baseline.stage import BaselineJob, run_baseline
+from kb_eval.baseline.stage import BaselineJob, ensure_peaks, run_baseline
 from kb_eval.cli import (COMPILE_MODES, Parser, add_count_flag, add_precision_flag,
                          add_quiet_flag, add_results_dir_flag, add_selection_flags,
                          check_gpus_visible, run_cli, writable_dir)
 from kb_eval.compilers.flags import add_tvm_flags, baseline_mode_of
 from kb_eval.errors import UserError
 from kb_eval.host_state import HOST_PACED
+from kb_eval.peaks import peaks_path
 from kb_eval.problems import load_problems
 from kb_eval.settings import load_settings
 from kb_eval.timing import TimingSettings, method_for
@@ -73,6 +74,11 @@ def parser(defaults) -> Parser:
                    help="with --resume, time again the problems recorded as failed")
     p.add_argument("--force", action="store_true",
                    help="replace an existing file made with other settings")
+    p.add_argument("--peaks", action="store_true",
+                   help="measure this machine's peaks (DRAM bandwidth; matmul rate at fp32 "
+                        "with TF32 off, TF32, bf16, fp16) into <results-dir>/baseline/"
+                        "<hardware>/peaks.json and stop (a baseline run measures them "
+                        "once when that file is missing)")
     add_quiet_flag(p)
     return p
 
@@ -102,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
         writable_dir(output.parent, "--output", given=output)
     else:
         writable_dir(args.results_dir, "--results-dir")
+    if args.peaks:
+        return _measure_peaks(Path(args.results_dir).expanduser(), device, gpus)
     problems = load_problems(args.source, args.level, args.problems, args.name)
     trials = args.trials or (d.trials if device == "cuda" else d.cpu_trials)
     warmup = args.warmup if args.warmup is not None else (
@@ -121,6 +129,20 @@ def main(argv: list[str] | None = None) -> int:
                       retry_failed=args.retry_failed, force=args.force, output=output)
     path, data = run_baseline(job, progress=not args.quiet)
     _print_summary(path, data, [p.key for p in problems])
+    return 0
+
+
+def _measure_peaks(results_dir: Path, device: str, gpus: list[int]) -> int:
+    peaks = ensure_peaks(results_dir, device, gpus[0] if gpus else None, again=True)
+    rates = ", ".join(f"{k} {v / 1e12:.3g}" for k, v in peaks.matmul_flops_per_s.items())
+    bw = peaks.bandwidth
+    print(f"{peaks.hardware.name}: bandwidth {bw / 1e9:.4g} GB/s (copy "
+          f"{(peaks.copy_bytes_per_s or 0) / 1e9:.4g}, read "
+          f"{(peaks.read_bytes_per_s or 0) / 1e9:.4g}); matmul TFLOP/s: {rates or '-'}"
+          if bw else f"{peaks.hardware.name}: no bandwidth measured")
+    for name, why in peaks.errors.items():
+        print(f"note: {name}: {why}")
+    print(f"-> {peaks_path(results_dir, peaks.hardware.slug)}")
     return 0
 
 

@@ -16,17 +16,19 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
-from tqdm import tqdm
-
 from kb_eval.errors import UserError
 from kb_eval.eval.schedule import pinning
 from kb_eval.isolation import run_isolated
+from kb_eval.isolation.procs import resume_starts, stop_all
+from kb_eval.peaks import PeaksFile, peaks_path, read_peaks, write_peaks
 from kb_eval.problems import Problem
+from kb_eval.progress import ProgressBar
 from kb_eval.results import (BaselineFile, BaselineRecord, BaselineVisit, HardwareInfo,
                              Producer, baseline_path, now_iso, read_model, write_json_atomic)
 from kb_eval.timing import TIMED_PROCESS_ENV, TimingSettings, TimingStats
 
 TASK = "kb_eval.baseline.task:time_reference"
+PEAKS_TASK = "kb_eval.peaks:measure_task"
 PARTIAL = "partial"  # a record some of whose visits are still to come
 
 
@@ -50,6 +52,7 @@ class BaselineJob:
 
 
 def run_baseline(job: BaselineJob, progress: bool = True) -> tuple[Path, BaselineFile]:
+    resume_starts()  # an earlier run of this process may have stopped them
     hardware = HardwareInfo.detect(job.device)
     path = job.output or default_path(job, hardware)
     data = _open_file(path, job, hardware)
@@ -59,43 +62,74 @@ def run_baseline(job: BaselineJob, progress: bool = True) -> tuple[Path, Baselin
         print(f"resume: {skipped} problem(s) already in {path}, "
               f"{len(job.problems) - skipped} to time")
     write_json_atomic(path, data)
+    ensure_peaks(job.results_dir, job.device, (job.gpus or [None])[0])  # first need
     secret = secrets.randbits(63)
-    bar = tqdm(total=len(queue), desc=f"baseline {job.precision} {job.mode}", unit="visit",
-               disable=not progress)
+    bar = ProgressBar(total=len(queue), desc=f"baseline {job.precision} {job.mode}",
+                      unit="visit", disable=not progress)
     with tempfile.TemporaryDirectory(prefix="kb_baseline_") as tmp, \
             ThreadPoolExecutor(max_workers=max(1, len(job.gpus))) as pool:
-        free, futures, failures = list(job.gpus) or [None], {}, 0
-        host_best: dict[int | None, float] = {}  # fastest host probe per GPU's core
-        while queue or futures:
-            # the next visit of a problem none of whose visits is running (several GPUs)
-            busy = {p.key for p, _ in futures.values()}
-            while free and (ready := [x for x in queue if x[0].key not in busy]):
-                item = ready[0]
-                queue.remove(item)
-                busy.add(item[0].key)
-                gpu = free.pop()
-                futures[pool.submit(_time_one, *item, job, secret, gpu, host_best.get(gpu),
-                                    Path(tmp))] = item
-            done = next(as_completed(futures))
-            problem, visit = futures.pop(done)
-            outcome, gpu = done.result()
-            free.append(gpu)
-            if outcome.ok and outcome.result.get("host_best_ms"):
-                host_best[gpu] = min(host_best.get(gpu, float("inf")),
-                                     outcome.result["host_best_ms"])
-            record = _merge(data.records.get(problem.key), problem, visit, outcome, job)
-            data.records[problem.key] = record
-            data.updated = now_iso()
-            write_json_atomic(path, data)
-            if record.status not in ("ok", PARTIAL):
-                failures += 1
-                left = [x for x in queue if x[0].key == problem.key]
-                queue = [x for x in queue if x[0].key != problem.key]
-                bar.update(len(left))  # its later visits are not made
-            bar.update(1)
-            bar.set_postfix(failed=failures)
+        try:
+            _visit_all(pool, queue, job, data, path, secret, Path(tmp), bar)
+        except KeyboardInterrupt:  # Ctrl-C or kill: the running children killed, so the
+            stop_all()  # pool ends at once; every visit finished is in the file already
+            raise
     bar.close()
     return path, data
+
+
+def _visit_all(pool: ThreadPoolExecutor, queue: list, job: BaselineJob, data: BaselineFile,
+               path: Path, secret: int, tmp: Path, bar) -> None:
+    """Time every visit of `queue`, one child per GPU at a time, each record written to
+    `path` as soon as its visit ends."""
+    free, futures, failures = list(job.gpus) or [None], {}, 0
+    host_best: dict[int | None, float] = {}  # fastest host probe per GPU's core
+    while queue or futures:
+        # the next visit of a problem none of whose visits is running (several GPUs)
+        busy = {p.key for p, _ in futures.values()}
+        while free and (ready := [x for x in queue if x[0].key not in busy]):
+            item = ready[0]
+            queue.remove(item)
+            busy.add(item[0].key)
+            gpu = free.pop()
+            futures[pool.submit(_time_one, *item, job, secret, gpu, host_best.get(gpu),
+                                tmp)] = item
+        done = next(as_completed(futures))
+        problem, visit = futures.pop(done)
+        outcome, gpu = done.result()
+        free.append(gpu)
+        if outcome.ok and outcome.result.get("host_best_ms"):
+            host_best[gpu] = min(host_best.get(gpu, float("inf")),
+                                 outcome.result["host_best_ms"])
+        record = _merge(data.records.get(problem.key), problem, visit, outcome, job)
+        data.records[problem.key] = record
+        data.updated = now_iso()
+        write_json_atomic(path, data)
+        if record.status not in ("ok", PARTIAL):
+            failures += 1
+            left = [x for x in queue if x[0].key == problem.key]
+            queue = [x for x in queue if x[0].key != problem.key]
+            bar.update(len(left))  # its later visits are not made
+        bar.update(1)
+        bar.set_postfix(failed=failures)
+
+
+def ensure_peaks(results_dir: Path, device: str, gpu: int | None = None,
+                 again: bool = False) -> PeaksFile:
+    """The machine's peaks file (kb_eval/peaks.py), measured in a fresh child on `gpu`
+    when it is missing, made elsewhere, or `again` is asked."""
+    hardware = HardwareInfo.detect(device)
+    path = peaks_path(results_dir, hardware.slug)
+    known = None if again else read_peaks(path, hardware)
+    if known is not None:
+        return known
+    env = child_env("cpu" if device == "cpu" else str(gpu or 0), [gpu or 0])
+    with tempfile.TemporaryDirectory(prefix="kb_peaks_") as tmp:
+        outcome = run_isolated(PEAKS_TASK, {"device": "cpu" if device == "cpu" else "cuda:0"},
+                               workdir=Path(tmp), timeout_s=600, env=env)
+    if not outcome.ok:
+        raise UserError(f"measuring the peaks of {hardware.name} failed: "
+                        f"{outcome.describe()}")
+    return write_peaks(results_dir, outcome.result, hardware)
 
 
 def visit_trials(trials: int, visits: int, visit: int) -> int:
@@ -223,4 +257,5 @@ def _merge(record: BaselineRecord | None, problem: Problem, visit: int, outcome,
                           status="ok" if len(visits) == job.visits else PARTIAL,
                           peak_mem_bytes=max(peaks) if peaks else None,
                           compiler=result.get("compiler"), gpu=result.get("gpu"),
-                          core=result.get("core"), host_work_ms=result.get("host_work_ms"))
+                          core=result.get("core"), host_work_ms=result.get("host_work_ms"),
+                          work=result.get("work"))

@@ -1,4 +1,5 @@
-"""The child side of the baseline: build one reference and time it (runs isolated)."""
+"""The child side of the baseline: build one reference, count its work (FLOPs and
+compulsory bytes, kb_eval/work.py) and time it (runs isolated)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ import torch
 from kb_eval import gpu_state, host_state
 from kb_eval.compilers.tvm import baseline_callable as tvm_callable, is_tvm_mode
 from kb_eval.eval.schedule import pinning
-from kb_eval.harness import (compile_model, load_problem, pick_device, reference_model,
-                             time_model_samples)
+from kb_eval.harness import (compile_model, inputs_for, load_problem, pick_device,
+                             reference_model, time_model_samples)
 from kb_eval.timing import TimingSettings, TimingStats
+from kb_eval.work import count_work
 
 
 def time_reference(payload: dict, workdir: Path) -> dict:
@@ -22,6 +24,9 @@ def time_reference(payload: dict, workdir: Path) -> dict:
         torch.cuda.reset_peak_memory_stats()  # the current device (index may be None)
     module, init = load_problem(payload["code"], precision, device)
     model = reference_model(module, init, precision, device)
+    reference = model
+    work = count_work(module, precision, lambda: (reference, inputs_for(
+        module, payload["secret"], ("work",), precision, device)), str(device))
     mode = payload.get("mode", "eager")
     compiler = None
     if is_tvm_mode(mode):  # export + TVM build happen here, before (untimed) warmup
@@ -46,7 +51,8 @@ def time_reference(payload: dict, workdir: Path) -> dict:
             "compiler": compiler, "gpu": gpu, "core": core,
             "host_work_ms": [host_before, host_state.work_ms()],
             "launch_pace_ms": paced.pace_ms, "host_tries": paced.tries,
-            "host_full_pace": paced.full_pace, "host_best_ms": paced.best_ms}
+            "host_full_pace": paced.full_pace, "host_best_ms": paced.best_ms,
+            "work": work.model_dump()}
 
 
 def _launch_share(timed: tuple[list[float], float | None]) -> float | None:

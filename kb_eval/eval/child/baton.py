@@ -26,6 +26,8 @@ import socket
 import threading
 import time
 
+from kb_eval.isolation.sandbox import leader_pid
+
 MARK = f"kb-eval baton on {socket.gethostname()}: flock'ed by its holder\n".encode()
 _TRIES = 10  # lock files replaced under us this often in a row: wait as torch does
 
@@ -85,7 +87,7 @@ def release(self) -> None:
 def _make_locked(path: str) -> int | None:
     """A descriptor holding the flock of a new marked lock file at `path`; None if a lock
     file is there."""
-    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}"
+    tmp = f"{path}.{leader_pid()}.{threading.get_ident()}"  # pid 1 in every sandbox
     fd = os.open(tmp, os.O_CREAT | os.O_TRUNC | os.O_RDWR, 0o644)
     try:
         os.write(fd, MARK)

@@ -37,7 +37,7 @@ import sys
 from typing import Any
 
 # (module, attribute path) of what a timer, a checker or a reporter relies on. Not
-# torch.cuda.default_generators (inputs.seed_for seeds the device's through it): CUDA's
+# torch.cuda.default_generators (inputs.seeded draws on the device's through it): CUDA's
 # start replaces that tuple, so a snapshot taken before it would flag torch itself; a
 # seeding made to do nothing is caught anyway, as inputs that their seed does not regenerate.
 PROTECTED = [

@@ -38,38 +38,31 @@ import torch.utils.cpp_extension  # noqa: F401
 
 from kb_eval import clocks
 from kb_eval.devlock import DeviceLock
+from kb_eval.eval.wire.protocol import CandidateTask
 from kb_eval.eval.wire import device as device_wire, outputs
 from kb_eval.eval.child import baton
+from kb_eval.eval.child.gate import may_time
 from kb_eval.eval.child.calls import TimedCalls, Watch, round_ends
+from kb_eval.eval.child.compiles import CompileTurn, around_compiles, yield_turn
 from kb_eval.eval.child.observe import OutputTypeError, observe, output_tensors
 from kb_eval.eval.child.paired import ROUNDS_FILE, time_paired
 from kb_eval.eval.child.rechecks import Rechecks
+from kb_eval.eval.child.steps import Laps, mark, set_phase  # noqa: F401 - Laps: sample.py
 from kb_eval.eval.wire.labels import PROBE_LABEL, label_name
 from kb_eval.eval.child.probes import (changed_since, fingerprints, fresh_seed,
                                        host_weights, into_buffers, probe_inputs,
                                        recheck_count, settled, sync, tensor_bytes)
 from kb_eval.faults import inject_fault
+from kb_eval.isolation import sandbox
 from kb_eval.harness import INIT_SEED, inputs_for, load_problem, reference_model
 from kb_eval.inputs import build_model, copy_tree, make_inputs, precision_dtype
 from kb_eval.problems import load_module
 from kb_eval.profile.launches import count_or_error
-from kb_eval.timing import (SPENT, TimingSettings, own_pace, paired_rounds, slow_cut,
-                            time_callable)
+from kb_eval.timing import SPENT, own_pace, paired_rounds, slow_cut, time_callable
 
 CUDA_ERROR_MARKERS = ("CUDA error", "CUDA_ERROR", "illegal memory access", "cudaError",
                       "device-side assert", "unspecified launch failure")
 BEFORE_PROBE = "before_probe.json"
-
-
-def set_phase(workdir: Path, phase: str) -> None:
-    (workdir / "phase").write_text(phase)
-
-
-def mark(workdir: Path, step: str) -> None:
-    """Where the child is, for the lane's time budgets (schedule/overlap.py): `wait` (for
-    the timing lock: not charged), `setup`, `load` (the candidate's import, init and first
-    call), `call i`, `timing`, `probe`."""
-    (workdir / "progress").write_text(step)
 
 
 _STAGING = outputs.Staging()  # one pinned host buffer for every output this child saves
@@ -100,32 +93,12 @@ def failure(status: str, phase: str, exc: BaseException) -> dict:
             "detail": traceback.format_exc()[-6000:]}
 
 
-def use_build_dirs(payload: dict) -> None:
+def use_build_dirs(ext: str | None) -> None:
     """Where load_inline and Triton find (or put) this source's build: its cache folder."""
-    ext = payload.get("extensions_dir")
     if ext:
         baton.install()  # a killed child's build lock must not stall the next load
         os.environ["TORCH_EXTENSIONS_DIR"] = ext
         os.environ["TRITON_CACHE_DIR"] = str(Path(ext) / "triton")
-
-
-class Laps:
-    """Seconds per named step, charged lap by lap: where a sample's time goes (the parent's
-    account on the record, and a child's own account of its steps)."""
-
-    def __init__(self):
-        self.seconds: dict[str, float] = {}
-        self.mark = clocks.monotonic()
-
-    def restart(self) -> None:
-        """Start the next lap now (the time since the last one is not charged)."""
-        self.mark = clocks.monotonic()
-
-    def lap(self, step: str) -> float:
-        now = clocks.monotonic()
-        spent, self.mark = now - self.mark, now
-        self.seconds[step] = round(self.seconds.get(step, 0.0) + spent, 3)
-        return spent
 
 
 # ------------------------------------------------------------------ candidate
@@ -137,75 +110,95 @@ def warm_up() -> None:
 
 
 def run_candidate(payload: dict, workdir: Path) -> dict:
-    workdir = Path(workdir)
-    device, precision = torch.device(payload["device"]), payload["precision"]
+    workdir, task = Path(workdir), CandidateTask.model_validate(payload)
+    device, precision = torch.device(task.device), task.precision
     steps = Laps()
     set_phase(workdir, "setup")
     # Device work outside timing holds the device's lock shared, the timing step holds it
     # alone (kb_eval/devlock.py): neighbours' children never run during a timed call.
-    lock = DeviceLock(payload.get("device_lock"))
+    lock = DeviceLock(task.device_lock)
     mark(workdir, "wait")  # queued behind a timing step: not charged to this child
     lock.acquire("shared")
     mark(workdir, "setup")
-    inject_fault("setup_oom", torch.OutOfMemoryError)
-    if payload.get("paired"):  # who the parent stops while it times the reference
-        (Path(payload["paired"]["dir"]) / "pid").write_text(str(os.getpid()))
-    use_build_dirs(payload)
-    if payload.get("exchange"):
-        slots = device_wire.Slots(payload["exchange"], device)
-        why = slots.open()  # and filled, before candidate code exists here
-        if why is not None:
-            return {"status": device_wire.UNOPENED, "phase": "setup", "error": why}
-        _SLOTS.append(slots)
-    module, init = load_problem(payload["problem_code"], precision, device)
+    if (unopened := _prepare(task, device)) is not None:
+        return unopened
+    module, init = load_problem(task.problem_code, precision, device)
     ref_state = reference_model(module, copy_tree(init), precision, device).state_dict()
     # Drawn before candidate code exists in this process, so it cannot steer them, and
     # kept as fingerprints only: each trial's inputs are drawn again right before its
     # call and must match. Keeping the inputs themselves would hold n_trials copies on the
     # device (80 GiB for a 16 GiB KernelBench input) while the candidate runs.
-    trial_prints = [_prints_of(module, payload["seed"], i, precision, device)
-                    for i in range(payload["correct_trials"])]
+    trial_prints = [_prints_of(module, task.seed, i, precision, device)
+                    for i in range(task.correct_trials)]
+    # The candidate's own compiles let go of the lock and its place (compiles.py).
+    compiling = CompileTurn(lock, workdir)
+    around_compiles(compiling)
     watch = Watch(device)  # last thing before candidate code: everything of ours is loaded
-
     set_phase(workdir, "load")
     mark(workdir, "load")
     steps.lap("setup")
-    model = _load_and_init(payload, init, ref_state, device, watch, steps)
+    # Between two of the candidate's untimed steps, a timing step that waits goes first.
+    between = lambda: yield_turn(lock, workdir)  # noqa: E731
+    model = _load_and_init(task, init, ref_state, device, watch, steps, between)
     if isinstance(model, dict):
         return model  # the failure's record
     del ref_state
     set_phase(workdir, "correctness")
     seen: dict[str, dict] = {}
     call_s: list[float] = []  # each correctness call's seconds
-    failed = _correctness(model, module, payload, trial_prints, workdir, seen, watch, call_s)
+    failed = _correctness(model, module, task, trial_prints, workdir, seen, watch, call_s,
+                          between)
     if failed is not None:
         return failed
     result = {"status": "ok", "load_s": steps.seconds["load"], "seen": seen,
               "saved": list(seen), "steps": steps.seconds}
     steps.lap("correctness")
-    if payload.get("timing") is not None:
-        failed = _timing_step(model, module, payload, workdir, device, seen, watch, lock,
+    if compiling.seconds:  # of load and correctness: its own compiles, the lock let go
+        steps.seconds["compile"] = round(compiling.seconds, 3)
+    if task.gate and not may_time(Path(task.gate), list(seen), lock, workdir):
+        lock.acquire("shared")  # the tripwires' last look (below) reads the device
+        watch.check("end")
+        return {**result, **watch.report(), "untimed": "its correctness outputs were wrong"}
+    if task.timing is not None:
+        failed = _timing_step(model, module, task, workdir, device, seen, watch, lock,
                               steps, result, _own_ms(call_s))
         if failed is not None:
             return failed
-    _probe_step(model, module, payload, workdir, device, watch, steps, result)
+    _probe_step(model, module, task, workdir, device, watch, steps, result)
     return result
 
 
-def _load_and_init(payload: dict, init, ref_state, device: torch.device, watch: Watch,
-                   steps: Laps):
-    """The candidate's module loaded and its ModelNew built with the reference's weights;
-    or the failure's record (a dict): compile_error at load, runtime_error at init."""
+def _prepare(task: CandidateTask, device: torch.device) -> dict | None:
+    """Ours, before candidate code: the pairing's pid, the build's folders, the output
+    buffers opened (and filled); the record of buffers that would not open, or None."""
+    inject_fault("setup_oom", torch.OutOfMemoryError)
+    if task.paired:  # who the parent stops while it times the reference
+        (Path(task.paired.dir) / "pid").write_text(str(sandbox.leader_pid()))
+    use_build_dirs(task.extensions_dir)
+    if task.exchange:
+        slots = device_wire.Slots(task.exchange, device)
+        if (why := slots.open()) is not None:
+            return {"status": device_wire.UNOPENED, "phase": "setup", "error": why}
+        _SLOTS.append(slots)
+    return None
+
+
+def _load_and_init(task: CandidateTask, init, ref_state, device: torch.device, watch: Watch,
+                   steps: Laps, between):
+    """The candidate's module loaded and (after `between()`) its ModelNew built with the
+    reference's weights; or the failure's record (a dict): compile_error at load,
+    runtime_error at init."""
     try:
-        candidate = load_module(payload["source"], "kb_candidate")
+        candidate = load_module(task.source, "kb_candidate")
         model_cls = candidate.ModelNew
     except Exception as e:  # noqa: BLE001 - any failure to load is the candidate's
         return failure("compile_error", "load", e)
     steps.lap("load")
     watch.check("load")
+    between()
     try:
         model = build_model(model_cls, copy_tree(init), INIT_SEED, device,
-                            precision_dtype(payload["precision"]), ref_state)
+                            precision_dtype(task.precision), ref_state)
     except Exception as e:  # noqa: BLE001
         return failure("runtime_error", "init", e)
     watch.check("init")
@@ -218,14 +211,14 @@ def _own_ms(call_s: list[float]) -> float | None:
     return statistics.median(call_s[1:]) * 1e3 if len(call_s) > 1 else None
 
 
-def _timing_step(model, module, payload: dict, workdir: Path, device: torch.device,
+def _timing_step(model, module, task: CandidateTask, workdir: Path, device: torch.device,
                  seen: dict, watch: Watch, lock: DeviceLock, steps: Laps,
                  result: dict, own_ms: float | None) -> dict | None:
     """The timed calls, with the device's lock held alone; the failure's record, or None
     (the timing added to `result`). `own_ms`: the candidate's pace (timing.own_pace)."""
     set_phase(workdir, "timing")
     mark(workdir, "wait")
-    dtype = precision_dtype(payload["precision"])
+    dtype = precision_dtype(task.precision)
     rechecks = Rechecks(device, lambda label, ts: save_outputs(workdir, label, ts),
                         lambda seed: make_inputs(module.get_inputs, seed, device, dtype),
                         seen, saved_on_device)
@@ -233,7 +226,7 @@ def _timing_step(model, module, payload: dict, workdir: Path, device: torch.devi
         lock.acquire("exclusive")
         steps.lap("wait_lock")
         mark(workdir, "timing")
-        result.update(_time_candidate(model, module, payload, device, watch, rechecks, own_ms))
+        result.update(_time_candidate(model, module, task, device, watch, rechecks, own_ms))
     except OutputTypeError as e:
         return {**failure("runtime_error", "timing", e), "output_type": True}
     except Exception as e:  # noqa: BLE001
@@ -266,16 +259,16 @@ def _timing_step(model, module, payload: dict, workdir: Path, device: torch.devi
     return None
 
 
-def _probe_step(model, module, payload: dict, workdir: Path, device: torch.device,
+def _probe_step(model, module, task: CandidateTask, workdir: Path, device: torch.device,
                 watch: Watch, steps: Laps, result: dict) -> None:
     """The calls after timing: counting launches, the shape probe; the tripwires' report
     and (CUDA) the peak memory added to `result`."""
     mark(workdir, "probe")
-    if payload.get("count_launches"):
-        result["launches"] = _launches(model, module, payload, device)
+    if task.count_launches:
+        result["launches"] = _launches(model, module, task, device)
     watch.check("end")
     result.update(watch.report())
-    _shape_probe(model, module, payload["seed"], payload, workdir, device, result)
+    _shape_probe(model, module, task, workdir, device, result)
     steps.lap("probe")
     watch.check("probe")
     result.update(watch.report())
@@ -283,19 +276,20 @@ def _probe_step(model, module, payload: dict, workdir: Path, device: torch.devic
         result["peak_mem_bytes"] = torch.cuda.max_memory_allocated(device)
 
 
-def _correctness(model, module, payload: dict, trial_prints: list, workdir: Path,
-                 seen: dict, watch: Watch, call_s: list[float]) -> dict | None:
+def _correctness(model, module, task: CandidateTask, trial_prints: list, workdir: Path,
+                 seen: dict, watch: Watch, call_s: list[float], between) -> dict | None:
     """One call per correctness trial, each on that trial's inputs drawn again at the
-    first trial's addresses (each call's seconds appended to `call_s`); None when all
-    ran, else the failure to report."""
-    device, precision = torch.device(payload["device"]), payload["precision"]
+    first trial's addresses (each call's seconds appended to `call_s`), `between()`
+    before each; None when all ran, else the failure to report."""
+    device, precision = torch.device(task.device), task.precision
     buffers = None
     for i, prints in enumerate(trial_prints):
+        between()
         if i:  # the first call belongs to the load budget (lazy compiles happen there)
             mark(workdir, f"call {i}")
         try:
             inject_fault("draw_oom", torch.OutOfMemoryError)
-            fresh = inputs_for(module, payload["seed"], ("correct", i), precision, device)
+            fresh = inputs_for(module, task.seed, ("correct", i), precision, device)
         except torch.OutOfMemoryError as e:
             # Our draw, not the candidate's call: the device may be short because of the
             # server or a neighbour (the H100's level-1 sweep: level1/97's 6 GiB of inputs
@@ -344,25 +338,25 @@ def _correctness_call(model, i: int, inputs: list, prints: list, workdir: Path,
     return call_s
 
 
-def _time_candidate(model, module, payload: dict, device: torch.device, watch: Watch,
+def _time_candidate(model, module, task: CandidateTask, device: torch.device, watch: Watch,
                     rechecks: Rechecks, own_ms: float | None) -> dict:
     """Time on inputs drawn, at each call, from a seed the OS gives us then: nothing the
     candidate can learn beforehand predicts them. Same inputs generator, device and timer
     as the reference's timing, so the times compare."""
-    reference_ms = payload.get("reference_call_ms")
-    settings = own_pace(TimingSettings.model_validate(payload["timing"]), own_ms,
+    reference_ms = task.reference_call_ms
+    settings = own_pace(task.timing, own_ms,
                         reference_ms)
-    if payload.get("paired") and (cut := slow_cut(settings, own_ms, reference_ms)):
+    if task.paired and (cut := slow_cut(settings, own_ms, reference_ms)):
         # announced before the first handshake: the pairing times the reference's side so
         settings = cut
-        (Path(payload["paired"]["dir"]) / ROUNDS_FILE).write_text(str(cut.paired_rounds))
-    dtype = precision_dtype(payload["precision"])
-    rounds = paired_rounds(settings) if payload.get("paired") else []
+        (Path(task.paired.dir) / ROUNDS_FILE).write_text(str(cut.paired_rounds))
+    dtype = precision_dtype(task.precision)
+    rounds = paired_rounds(settings) if task.paired else []
     n_calls = settings.n_calls
     # Which timed calls are re-checked is drawn after each call returns (selection
     # sampling), so the candidate cannot know in advance which calls count.
     out_bytes = rechecks.seen.get("correct_0", {}).get("bytes")
-    picks = recheck_count(payload.get("recheck_timed", 0), n_calls, out_bytes)
+    picks = recheck_count(task.recheck_timed, n_calls, out_bytes)
 
     def draw(i: int) -> tuple[int, list]:
         s = fresh_seed()
@@ -377,28 +371,28 @@ def _time_candidate(model, module, payload: dict, device: torch.device, watch: W
     with torch.no_grad():
         if rounds:
             stats = time_paired(calls.call, settings, device, calls.args, calls.on_output,
-                                 Path(payload["paired"]["dir"]), rounds, calls.untimed_ended,
+                                 Path(task.paired.dir), rounds, calls.untimed_ended,
                                  ledger.device_idle)
         else:
             stats = time_callable(calls.call, settings, device, calls.args, calls.on_output)
     return {"timing": stats.model_dump()}  # the ledger's report: _timing_step
 
 
-def _launches(model, module, payload: dict, device: torch.device) -> dict:
+def _launches(model, module, task: CandidateTask, device: torch.device) -> dict:
     """Kernels (CUDA) or outermost aten calls (CPU) of one profiled call on the first
     trial's inputs, as the reference server counts its own (kb_eval/profile/launches.py).
     After correctness and timing, so it costs them nothing; counted in this process, so
     the candidate could fake it: diagnostics, never scored."""
-    inputs = inputs_for(module, payload["seed"], ("correct", 0), payload["precision"], device)
+    inputs = inputs_for(module, task.seed, ("correct", 0), task.precision, device)
     return count_or_error(lambda: model(*inputs), device)
 
 
-def _shape_probe(model, module, seed: int, payload: dict, workdir: Path,
+def _shape_probe(model, module, task: CandidateTask, workdir: Path,
                  device: torch.device, result: dict) -> None:
     """One call on a smaller batch (probes.probe_batch). A kernel written for the
     problem's sizes only may crash here: the result so far is on disk first, so that
     costs only the probe."""
-    probe = probe_inputs(inputs_for(module, seed, ("shape", 0), payload["precision"], device))
+    probe = probe_inputs(inputs_for(module, task.seed, ("shape", 0), task.precision, device))
     if probe is None:
         return
     (workdir / BEFORE_PROBE).write_text(json.dumps(result, default=str))

@@ -20,13 +20,18 @@ timing step gives its place back (`Slot.timed`) and keeps only its memory charge
 child's last steps (re-checks, shape probe) wait for the device's next shared turn, and
 before this the next sample's child could not start until they were done. On the H100
 (100 CUDA candidates, all builds cached, depth 3) a finished sample held its place
-0.42 s (median) beyond its timing, one of the three places always idle so.
+0.42 s (median) beyond its timing, one of the three places always idle so. A child that
+compiles a build of the candidate's own (child/compiles.py) holds no place meanwhile
+(`Slot.compiling`): its compile is CPU work, and the next sample starts beside it. It
+takes no place back when its compile ends, so a lane may briefly run more than its depth
+of children; its memory charge stays all along.
 
 `Budgets` reads where the child says it is (its `progress` file, child/worker.py `mark`),
 tells the sample when the child has left its timing step, and names the budget it
 overran: the load budget for the candidate's import, init and first call, the per-call
 budget for each later call (the timing step: per call it makes). Waiting for the timing
-lock is not charged. The child writes that file itself,
+lock is not charged; a compile is charged to the step it interrupts, and a step resumed
+after a wait or a compile goes on with its budget. The child writes that file itself,
 so a candidate could lie about its progress: the budgets are for throughput, and the run
 timeout stays the hard limit.
 """
@@ -41,6 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
+from kb_eval.eval.child.steps import COMPILE, WAIT
 from kb_eval.eval.config import EvalConfig
 
 PROGRESS = "progress"
@@ -139,14 +145,16 @@ class DeviceSlots:
                 self.cond.notify_all()
 
     def _in_flight(self) -> list["_Sample"]:
-        """The samples running that hold a place (not past their timing)."""
-        return [r for r in self.running.values() if not r.timed]
+        """The samples running that hold a place (not past their timing, not compiling)."""
+        return [r for r in self.running.values() if r.in_place]
 
     def _fits(self, s: "_Sample") -> bool:
         """Whether `s` fits beside the samples running (one of unknown size: the depth
-        alone limits it, so every child alive counts, those past their timing too)."""
+        alone limits it, so every child alive but a compiling one counts, those past their
+        timing too)."""
         running = list(self.running.values())
-        if len(self._in_flight() if s.charge.free else running) >= self.depth:
+        alive = [r for r in running if not r.compiling]
+        if len(self._in_flight() if s.charge.free else alive) >= self.depth:
             return False
         return (not running or not s.charge.free  # unknown: the depth alone limits it
                 or _total([r.charge for r in running + [s]]) <= s.charge.free)
@@ -162,7 +170,7 @@ class DeviceSlots:
         if self._fits(head) or not self._fits(me):
             return False
         passed = [r for r in self.running.values() if r.ticket > head.ticket]
-        return (len([r for r in passed if not r.timed]) + 2 <= self.depth
+        return (len([r for r in passed if r.in_place]) + 2 <= self.depth
                 and (not head.charge.free
                      or _total([r.charge for r in passed + [me, head]]) <= head.charge.free))
 
@@ -172,6 +180,11 @@ class _Sample:
     ticket: int
     charge: Charge
     timed: bool = False  # past its timing step: its place given back, its charge kept
+    compiling: bool = False  # its child compiles: no place held meanwhile, its charge kept
+
+    @property
+    def in_place(self) -> bool:
+        return not (self.timed or self.compiling)
 
 
 class Slot:
@@ -190,10 +203,20 @@ class Slot:
             self.sample.timed = True
             self.slots.cond.notify_all()
 
+    def compiling(self, on: bool) -> None:
+        """The sample's child started (on) or ended a compile of the candidate's own: its
+        place goes to the next sample meanwhile (any size: the depth alone limits the
+        children alive, and a compiler's memory is the host's), its charge stays. Ended,
+        it goes on without waiting for a place."""
+        with self.slots.cond:
+            self.sample.compiling = on
+            self.slots.cond.notify_all()
+
     def retake(self) -> None:
         """Hold a place again (a retry's child), once one is free."""
         with self.slots.cond:
-            if self.sample.timed:
+            if not self.sample.in_place:  # out of place until retaken
+                self.sample.compiling, self.sample.timed = False, True
                 self.slots.cond.wait_for(
                     lambda: len(self.slots._in_flight()) < self.slots.depth)
                 self.sample.timed = False
@@ -203,9 +226,11 @@ class Budgets:
     """The budget check of one candidate child (Child.watch's `budget`)."""
 
     def __init__(self, run_dir: Path, cfg: EvalConfig,
-                 timed: Callable[[], None] = lambda: None):
+                 timed: Callable[[], None] = lambda: None,
+                 compiling: Callable[[bool], None] = lambda on: None):
         self.path = run_dir / PROGRESS
         self.timed = timed  # called when the child leaves its timing step
+        self.compiling = compiling  # called as the child starts (True) or ends a compile
         self.path.unlink(missing_ok=True)  # a retry's child starts with no progress
         timing = cfg.timing
         calls = timing.warmup + timing.trials + 2  # the discarded first call, the floor
@@ -215,7 +240,8 @@ class Budgets:
                        "timing": (2 * calls * cfg.call_budget_s, "timing"),
                        "probe": (cfg.call_budget_s, "per-call")}
         self.run_s = cfg.run_timeout_s
-        self.step, self.since = "", time.monotonic()
+        self.step, self.since = "", time.monotonic()  # the child's last word, since when
+        self.charged, self.spent = "", 0.0  # the budgeted step, its seconds before `since`
         self.start, self.waited = self.since, 0.0
 
     def __call__(self) -> str | None:
@@ -225,15 +251,28 @@ class Budgets:
             step = self.step
         now = time.monotonic()
         if step != self.step:
-            if self.step == "wait":
-                self.waited += now - self.since
-            if self.step == "timing":
-                self.timed()
-            self.step, self.since = step, now
-        ran = now - self.start - self.waited - (now - self.since if step == "wait" else 0)
+            self._moved(step, now)
+        ran = now - self.start - self.waited - (now - self.since if step == WAIT else 0)
         if ran > self.run_s:  # the run timeout, less the time queued for the lock
             return f"over the run timeout ({self.run_s:g} s, not counting waits for the lock)"
-        limit, name = self.limits.get(step.partition(" ")[0], (None, ""))
-        if limit is None or now - self.since <= limit:
+        limit, name = self.limits.get(self.charged.partition(" ")[0], (None, ""))
+        spent = self.spent + (0.0 if step == WAIT else now - self.since)
+        if limit is None or spent <= limit:
             return None
-        return f"over its {name} budget ({limit:g} s in '{step}')"
+        where = f"{self.charged}', compiling" if step == COMPILE else f"{self.charged}'"
+        return f"over its {name} budget ({limit:g} s in '{where})"
+
+    def _moved(self, step: str, now: float) -> None:
+        """The child's word changed to `step`: a wait is charged to nothing, a compile to
+        the step it interrupted, and a step resumed after either goes on with its budget."""
+        if self.step == WAIT:
+            self.waited += now - self.since
+        else:
+            self.spent += now - self.since
+        if self.step == "timing":
+            self.timed()
+        if (self.step == COMPILE) != (step == COMPILE):
+            self.compiling(step == COMPILE)
+        if step not in (WAIT, COMPILE) and step != self.charged:
+            self.charged, self.spent = step, 0.0
+        self.step, self.since = step, now

@@ -40,6 +40,7 @@ from kb_eval.eval.schedule.lane import clean_up, evaluate_guarded, internal_erro
 from kb_eval.eval.schedule.sample import (SampleTask, record_build_failure, run_scratch,
                                           start_children)
 from kb_eval.isolation import kill_running
+from kb_eval.isolation.procs import resume_starts, stop_all
 from kb_eval.problems import Problem
 from kb_eval.results import SampleRecord
 
@@ -139,6 +140,7 @@ def make_pool(ctx: EvalContext) -> RecordStream:
 class EvalPool(RecordStream):
     def __init__(self, ctx: EvalContext):
         super().__init__(ctx)
+        resume_starts()  # an earlier pool of this process may have stopped them
         cfg = ctx.config
         # locks the run's children leave are younger than this (close)
         self.started = clear_old_batons(cfg.cache_dir, cfg.build_timeout_s, cfg.run_timeout_s)
@@ -186,7 +188,7 @@ class EvalPool(RecordStream):
         if abandon:
             self._abandoned = True
             self.drop_queued()
-            kill_running(self.prefix)
+            stop_all()  # no child starts now; those running are killed
             self.builds.shutdown(wait=True)
         for _ in self.devices:
             self.ready.put(_STOP)

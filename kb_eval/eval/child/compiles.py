@@ -1,0 +1,99 @@
+"""A candidate's own compiles, kept off the device's turn.
+
+Model-written candidates often call `load_inline` in `__init__` or in their first call, so
+the build runs in the run child. Every build of torch.utils.cpp_extension (`load` and
+`load_inline` both go through its `_jit_compile`, looked up at each call, so a
+candidate's own `from torch.utils.cpp_extension import load_inline` is covered) runs
+inside `CompileTurn`: the child lets go of its share of the device's lock and marks
+`compile`, so no timing step waits on a compiler and the lane's place goes to the next
+sample (schedule/overlap.py); afterwards it queues for its share again, behind any
+timing step that came meanwhile, and marks again the step it was in. A compile is CPU
+work: it may run beside a timing step, whose cores are pinned apart (schedule/pinning.py).
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
+from typing import Callable, Iterator
+
+from kb_eval import clocks
+from kb_eval.devlock import DeviceLock
+from kb_eval.eval.child.steps import COMPILE, WAIT, last_step, mark
+from kb_eval.faults import stall_if_armed
+
+_REAL = "kb_real"  # the wrapper's attribute naming torch's own _jit_compile
+STALL_S = 60.0  # the `compile_stall` fault point's delay (kb_eval/faults.py)
+
+
+def around_compiles(around: Callable[[], AbstractContextManager]) -> None:
+    """Run every cpp_extension build of this process inside `around()` (installed again,
+    it replaces the wrapper installed before)."""
+    import torch.utils.cpp_extension as cpp
+
+    real = getattr(cpp._jit_compile, _REAL, cpp._jit_compile)
+
+    @functools.wraps(real)
+    def _jit_compile(*args, **kwargs):
+        with around():
+            return real(*args, **kwargs)
+
+    setattr(_jit_compile, _REAL, real)
+    cpp._jit_compile = _jit_compile
+
+
+class CompileTurn:
+    """The run child's `around` for its compiles (module docstring). Only a share is let
+    go: a compile inside the timing step (the lock held alone) keeps it, and the step
+    stays charged as timing. Compiles on several of the candidate's threads at once let
+    go once and take it back once, when the last ends."""
+
+    def __init__(self, lock: DeviceLock, workdir: Path):
+        self.lock, self.workdir = lock, Path(workdir)
+        self._guard = threading.Lock()
+        self._open = 0  # compiles running
+        self._resume: str | None = None  # the step the first of them interrupted
+        self._since = 0.0
+        self.seconds = 0.0  # spent compiling with the lock let go (the child's account)
+
+    @contextmanager
+    def __call__(self) -> Iterator[None]:
+        self._enter()
+        try:
+            stall_if_armed("compile_stall", STALL_S)
+            yield
+        finally:
+            self._leave()
+
+    def _enter(self) -> None:
+        with self._guard:
+            self._open += 1
+            if self._open > 1 or self.lock.mode != "shared":
+                return
+            self._resume, self._since = last_step(), clocks.monotonic()
+            mark(self.workdir, COMPILE)
+            self.lock.release()
+
+    def _leave(self) -> None:
+        with self._guard:
+            self._open -= 1
+            if self._open or self._resume is None:
+                return
+            step, self._resume = self._resume, None
+            self.seconds += clocks.monotonic() - self._since
+            mark(self.workdir, WAIT)  # a timing step that queued meanwhile goes first
+            self.lock.acquire("shared")
+            mark(self.workdir, step)
+
+
+def yield_turn(lock: DeviceLock, workdir: Path) -> None:
+    """Between two of the candidate's untimed steps: a timing step waiting for the device
+    goes first (DeviceLock.yield_turn), so it never waits for more than one of them."""
+    if lock.mode != "shared":
+        return
+    step = last_step()
+    mark(workdir, WAIT)
+    lock.yield_turn()
+    mark(workdir, step)
