@@ -1,6 +1,7 @@
-"""Our hand-written CUDA solutions against PyTorch, on the GPU, per problem and precision.
+"""Our hand-written solutions against PyTorch, per problem and precision: the CUDA ones on
+the GPU, or (`--backend cpp`) the C++ ones on the CPU.
 
-For each bundled problem that reference_kernels/solutions/cuda/index.json answers (the
+For each bundled problem that reference_kernels/solutions/<backend>/index.json answers (the
 indexed file and every `<name>__<variant>.py` beside it): max |error| against a float64
 run of the reference on the same (rounded) weights and inputs, and whether the eval's rule
 (|out - ref| <= atol + rtol |ref| against the reference at the run's precision, TF32 off)
@@ -9,10 +10,12 @@ call, warmup, then trials; repeated in rounds that interleave all callables, the
 the round medians reported with their spread) of each variant, PyTorch eager and torch.compile (default mode);
 speedups, from the medians and paired (eager / ours within each round: median and range); CUDA launches per forward (torch.profiler, device-side events); for the Linear
 problems our GEMM as % of cuBLAS at the same precision (fp32: TF32 off, the fair one; and
-TF32 on, for information). Solutions build first, in parallel child processes.
+TF32 on, for information). Solutions build first, in parallel child processes. On the CPU
+the timer is the host clock, nothing is pinned (the solutions use torch's threads) and
+launches are not counted.
 
-    python benchmarks/reference_kernels.py [--problems bert/level2/1,bert/level2/2]
-        [--precisions fp32,bf16] [--warmup 10] [--trials 50] [--rounds 3] [--no-compile] [--no-pin]
+    python benchmarks/reference_kernels.py [--backend cuda|cpp] [--problems bert/level2/1,bert/level2/2]
+        [--solutions DIR] [--precisions fp32,bf16] [--warmup 10] [--trials 50] [--rounds 3] [--no-compile] [--no-pin]
         [--out DIR]
 """
 
@@ -42,7 +45,8 @@ from kb_eval.problems import load_folder, load_module, load_problems  # noqa: E4
 from kb_eval.solutions import files_of  # noqa: E402
 from kb_eval.timing import TimingSettings, time_callable  # noqa: E402
 
-SOLUTIONS = REPO / "reference_kernels" / "solutions" / "cuda"
+SOLUTIONS_ROOT = REPO / "reference_kernels" / "solutions"
+SOLUTIONS = SOLUTIONS_ROOT / "cuda"  # set by main() from --backend
 SEED = 20240613
 
 
@@ -70,8 +74,9 @@ def load_solution(name: str):
     return _loaded[name]
 
 
-def _build_one(name: str) -> tuple[str, float, str | None]:
-    t0 = time.monotonic()
+def _build_one(path: Path) -> tuple[str, float, str | None]:
+    global SOLUTIONS
+    SOLUTIONS, name, t0 = path.parent, path.name, time.monotonic()  # a spawned child's own copy
     try:
         load_solution(name)
         return name, time.monotonic() - t0, None
@@ -82,15 +87,18 @@ def _build_one(name: str) -> tuple[str, float, str | None]:
 def build_all(names: list[str]) -> dict[str, str | None]:
     """Compile every solution in its own child (load_inline caches the build on disk)."""
     errors = {}
-    with cf.ProcessPoolExecutor(len(names), mp_context=mp.get_context("spawn")) as pool:
-        for name, secs, err in pool.map(_build_one, names):
+    workers = min(len(names), os.cpu_count() or 1)
+    with cf.ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
+        for name, secs, err in pool.map(_build_one, [SOLUTIONS / n for n in names]):
             print(f"  built {name:45s} {secs:6.1f} s {'FAILED' if err else ''}", flush=True)
             errors[name] = err
     return errors
 
 
-def count_launches(fn) -> int:
-    """Device-side activities (kernels, memcpy, memset) of one call."""
+def count_launches(fn, device: torch.device) -> int | None:
+    """Device-side activities (kernels, memcpy, memset) of one call (None on the CPU)."""
+    if device.type != "cuda":
+        return None
     acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
     with torch.profiler.profile(activities=acts) as prof:
         fn()
@@ -111,6 +119,8 @@ _spin: list[torch.Tensor] = []
 def spin_up_gpu() -> None:
     """~15 ms of matrix work first: after a build or a torch.compile the GPU sat idle and its
     clock dropped, which once made the first timed solution of a case 25% slow."""
+    if not torch.cuda.is_available():
+        return
     if not _spin:
         _spin.append(torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16))
     for _ in range(80):
@@ -121,12 +131,12 @@ def spin_up_gpu() -> None:
 def time_ms(fn, args) -> float:
     spin_up_gpu()
     settings = TimingSettings(warmup=args.warmup, trials=args.trials)
-    return time_callable(fn, settings, "cuda").median
+    return time_callable(fn, settings, args.device).median
 
 
 def bench_case(problem, files: list[str], precision: str, args, build_errors) -> list[dict]:
     """One problem at one precision: reference rows first, then one row per solution file."""
-    dev, dtype = torch.device("cuda"), precision_dtype(precision)
+    dev, dtype = torch.device(args.device), precision_dtype(precision)
     set_precision_flags(precision)
     mod = load_module(problem.code, f"kb_prob_{problem.problem_id}_{problem.level}")
     init = make_init_inputs(mod.get_init_inputs, dev)
@@ -144,7 +154,7 @@ def bench_case(problem, files: list[str], precision: str, args, build_errors) ->
         torch.backends.cuda.matmul.allow_tf32 = tf32
         out = fn()
         row = {**base, "solution": label, **judge(out, ref_out, ref64_out, precision)}
-        row["launches"] = count_launches(fn)
+        row["launches"] = count_launches(fn, dev)
         set_precision_flags(precision)
         timed.append((row, fn, tf32))
         rows.append(row)
@@ -169,7 +179,8 @@ def bench_case(problem, files: list[str], precision: str, args, build_errors) ->
             check(name, lambda m=models[name]: m(*inputs))
         except Exception as e:  # noqa: BLE001
             rows.append({**base, "solution": name, "error": f"{type(e).__name__}: {str(e)[:300]}"})
-        torch.cuda.synchronize()
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
     # Rounds interleave all callables, so a slow GPU phase (clock or power) hits each alike;
     # a row's time is the median of its round medians, its spread the min and max of those.
     per_round = {id(row): [] for row, _, _ in timed}
@@ -239,7 +250,7 @@ def print_table(rows: list[dict]) -> str:
         lines.append(
             f"{r['problem']:14s} {r['name'][:26]:26s} {r['precision']:4s} {r['solution']:40s} {r['ms']:8.4f} "
             f"{fmt(r.get('x_eager'), '7.2f')} {spread(r):>8s} {paired(r.get('x_eager_paired')):>17s} "
-            f"{fmt(r.get('x_compile'), '6.2f')} {r['launches']:6d} "
+            f"{fmt(r.get('x_compile'), '6.2f')} {fmt(r['launches'], '6d'):>6s} "
             f"{r['err64']:11.2e} {ok:>3s} {pct(r.get('pct_cublas'), 7)} {pct(r.get('pct_cublas_tf32'), 6)}")
     text = "\n".join(lines)
     print(text, flush=True)
@@ -248,6 +259,11 @@ def print_table(rows: list[dict]) -> str:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--backend", choices=("cuda", "cpp"), default="cuda",
+                   help="cuda: solutions/cuda on the GPU; cpp: solutions/cpp on the CPU")
+    p.add_argument("--solutions", type=Path, default=None,
+                   help="the solutions folder (default: reference_kernels/solutions/<backend>); a copy "
+                        "holding `<stem>__<variant>.py` files times them beside the indexed ones")
     p.add_argument("--problems", default="", help="comma-separated keys (default: all in index.json)")
     p.add_argument("--precisions", default="fp32,bf16")
     p.add_argument("--warmup", type=int, default=10)
@@ -259,8 +275,11 @@ def main() -> None:
                    help="leave the timing thread unpinned (default: pinned to one core after the builds, "
                         "as the eval pins its timing steps: these forwards are paced by the host)")
     args = p.parse_args()
-    if not torch.cuda.is_available():
-        sys.exit("reference_kernels.py needs a CUDA GPU")
+    global SOLUTIONS
+    SOLUTIONS = args.solutions or SOLUTIONS_ROOT / args.backend
+    args.device = "cuda" if args.backend == "cuda" else "cpu"
+    if args.device == "cuda" and not torch.cuda.is_available():
+        sys.exit("reference_kernels.py --backend cuda needs a CUDA GPU")
     index = json.loads((SOLUTIONS / "index.json").read_text())
     wanted = [k for k in args.problems.split(",") if k] or list(index)
     unknown = [k for k in wanted if k not in index]
@@ -268,12 +287,13 @@ def main() -> None:
         sys.exit(f"not in index.json: {unknown}")
     problems = {p.key: p for p in suite_problems(wanted[0].split("/")[0])}
     names = sorted({f for k in wanted for f in solution_files(index[k])})
-    print(f"{torch.cuda.get_device_name()}  torch {torch.__version__}  building {len(names)} solutions", flush=True)
+    where = torch.cuda.get_device_name() if args.device == "cuda" else f"CPU, {torch.get_num_threads()} threads"
+    print(f"{where}  torch {torch.__version__}  building {len(names)} solutions", flush=True)
     build_errors = build_all(names)
     for n, e in build_errors.items():
         if e:
             print(f"--- build of {n} failed:\n{e}", flush=True)
-    core = None if args.no_pin else pinning.timing_core("0")
+    core = None if args.no_pin or args.device != "cuda" else pinning.timing_core("0")
     if core is not None and pinning.pin(0, core) is not None:
         print(f"  timing from core {core}", flush=True)
     rows = []

@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import ast
 import linecache
+import os
 import re
+import socket
 import sys
+import threading
 import types
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel
 
@@ -145,15 +149,15 @@ def bundled_suites() -> list[str]:
 
 
 def load_hf(spec: str, level: int | list[int] | None) -> list[Problem]:
-    """The KernelBench dataset (splits level_1..), from the hub (offline cache honoured by
-    `datasets` itself through HF_HUB_OFFLINE) or from a local copy: a `save_to_disk`
-    folder, or a folder of parquet files named like the hub's (`level_1-*.parquet`)."""
-    import datasets  # slow import: only when asked
-
+    """The KernelBench dataset (splits level_1..), from the hub (its cache when the hub
+    cannot be reached: no retries) or from a local copy: a `save_to_disk` folder, or a
+    folder of parquet files named like the hub's (`level_1-*.parquet`)."""
     target = spec.partition(":")[2] or HF_DEFAULT_REPO
     asked = as_levels(level)
     levels = asked or [1, 2, 3, 4]
     local = Path(target)
+    offline = not local.is_dir() and go_offline_unless_hub_answers()
+    import datasets  # slow import: only when asked, and after HF_HUB_OFFLINE is settled
     try:
         if (local / "dataset_dict.json").exists():
             dd = datasets.load_from_disk(str(local))
@@ -173,7 +177,10 @@ def load_hf(spec: str, level: int | list[int] | None) -> list[Problem]:
                     if asked is not None:
                         raise
     except (FileNotFoundError, ConnectionError, ValueError, OSError) as e:
-        raise UserError(f"cannot load dataset {target!r}: {str(e).splitlines()[0]}") from None
+        why = (f"the hub ({hub_endpoint()}) cannot be reached and no copy is cached; pass "
+               f"--source hf:<folder> for a local copy" if offline
+               else str(e).splitlines()[0])
+        raise UserError(f"cannot load dataset {target!r}: {why}") from None
     unknown = [n for n in asked or [] if n not in splits]
     if unknown:
         raise UserError(f"level {','.join(map(str, unknown))} not in dataset {target!r}")
@@ -186,6 +193,35 @@ def load_hf(spec: str, level: int | list[int] | None) -> list[Problem]:
                                     problem_id=int(row["problem_id"]), name=str(row["name"]).removesuffix(".py").split("_", 1)[-1],
                                     code=row["code"]))
     return problems
+
+
+def hub_endpoint() -> str:
+    return os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
+
+
+def go_offline_unless_hub_answers(timeout_s: float = 3.0) -> bool:
+    """Connect to the Hugging Face hub within `timeout_s` (the DNS lookup too, which has
+    no timeout of its own: it runs in a thread left behind); when that fails, set
+    HF_HUB_OFFLINE so that `datasets` reads its cache at once instead of retrying for
+    half a minute. True when offline (already, or now)."""
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+        return True
+    url = urlsplit(hub_endpoint())
+    answered = threading.Event()
+
+    def connect() -> None:
+        try:
+            with socket.create_connection((url.hostname, url.port or (
+                    443 if url.scheme == "https" else 80)), timeout=timeout_s):
+                answered.set()
+        except OSError:
+            pass
+
+    threading.Thread(target=connect, daemon=True, name="kb-hub-probe").start()
+    if answered.wait(timeout_s):
+        return False
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    return True
 
 
 def load_problems(source: str = "bert", level: int | list[int] | None = None,

@@ -1,4 +1,4 @@
-"""The code the CUDA solutions share (reference_kernels/solutions/cuda/_parts) is spliced into each
+"""The code the solutions share (reference_kernels/solutions/<backend>/_parts) is spliced into each
 self-contained solution file by reference_kernels/generate.py: the committed files must be what
 it generates, and its --check must notice when they are not (run on a copy, never the tree)."""
 
@@ -88,3 +88,17 @@ def test_broken_markers_are_errors(copy):
     (copy / "cuda" / "_parts" / "orphan.cuh").write_text("// nothing splices this in\n")
     proc = generate("--check", "--root", str(copy))
     assert proc.returncode == 2 and "parts no solution uses: orphan.cuh" in proc.stderr
+
+
+def test_cpp_parts_reach_their_users(tmp_path: Path):
+    # cpu_math.h is spliced into gelu.py directly and into the row-kernel files through cpu_rows.h
+    shutil.copytree(SOLUTIONS / "cpp", tmp_path / "cpp")
+    part = tmp_path / "cpp" / "_parts" / "cpu_math.h"
+    part.write_text(part.read_text() + "// changed\n")
+    proc = generate("--check", "--root", str(tmp_path))
+    assert proc.returncode == 1
+    assert stale_files(proc) == {f"cpp/{name}.py" for name in (
+        "gelu", "layernorm", "softmax_attention", "gemm_bias_add_layernorm",
+        "gemm_bias_gelu_add_layernorm", "encoder_layer")}
+    assert generate("--root", str(tmp_path)).returncode == 0
+    assert (tmp_path / "cpp" / "encoder_layer.py").read_text().count("// changed\n") == 1

@@ -115,18 +115,27 @@ def _cpu_units(events) -> list[tuple[str, float]]:
 
 def _op_rows(prof, events, on_cuda: bool, steps: int) -> list[dict]:
     """One row per aten operator: calls, self/total time per forward, the kernels it
-    launched (name -> launches per forward)."""
+    launched (name -> launches per forward), and the category its time is counted in by
+    the time-by-category table (unit_category: the clamp_min inside aten::relu is
+    activation there, so it is here too; an operator found under several, the one
+    with the most of its time)."""
     launched: dict[str, Counter] = defaultdict(Counter)
+    counted_in: dict[str, Counter] = defaultdict(Counter)
     for e in events:
         if e.device_type == DeviceType.CPU and e.name.startswith("aten::"):
             launched[e.name].update(k.name for k in e.kernels)
+            own_us = (sum(k.duration for k in e.kernels) if on_cuda
+                      else e.self_cpu_time_total)
+            counted_in[e.name][unit_category(e)] += own_us
     rows = []
     for avg in prof.key_averages():
         if not avg.key.startswith("aten::"):
             continue
         self_us = avg.self_device_time_total if on_cuda else avg.self_cpu_time_total
         total_us = avg.device_time_total if on_cuda else avg.cpu_time_total
-        rows.append({"op": avg.key, "category": category_of(avg.key),
+        counted = counted_in[avg.key].most_common(1)
+        rows.append({"op": avg.key, "category": counted[0][0] if counted else
+                     category_of(avg.key),
                      "calls": avg.count / steps, "self_ms": self_us / 1e3 / steps,
                      "total_ms": total_us / 1e3 / steps,
                      "self_cpu_ms": avg.self_cpu_time_total / 1e3 / steps,

@@ -13,11 +13,10 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tqdm import tqdm
-
 from kb_eval.cli import (Parser, add_count_flag, add_precision_flag, add_quiet_flag,
                          add_results_dir_flag, add_selection_flags, writable_dir)
 from kb_eval.errors import UserError
+from kb_eval.progress import ProgressBar
 
 TASK = "kb_eval.profile.capture:profile_task"
 
@@ -173,8 +172,8 @@ def run_configs(configs: list[Config], args, device: str, mem_limit_mb: int,
     results = {}
     from kb_eval.profile.write import write_profile
     with tempfile.TemporaryDirectory(prefix="kb_profile_") as tmp:
-        for i, c in enumerate(tqdm(configs, desc="profile", unit="config",
-                                   disable=args.quiet)):
+        for i, c in enumerate(ProgressBar(configs, desc="profile", unit="config",
+                                          disable=args.quiet)):
             payload = {**c.payload, "precision": args.precision, "steps": steps,
                        "warmup": warmup, "out_dir": str(out / c.label),
                        "device": "cuda:0" if device == "cuda" else "cpu"}
@@ -182,7 +181,7 @@ def run_configs(configs: list[Config], args, device: str, mem_limit_mb: int,
                                timeout_s=args.timeout, mem_limit_mb=mem_limit_mb,
                                env=_env(device, c, args.cache_dir))
             if not outcome.ok:
-                tqdm.write(f"{c.label}: failed: {outcome.describe()}")
+                ProgressBar.write(f"{c.label}: failed: {outcome.describe()}")
                 continue
             config = {"label": c.label, "subject": outcome.result.pop("model", c.subject),
                       "role": c.role, "device": device, "precision": args.precision}

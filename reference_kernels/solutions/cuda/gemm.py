@@ -1,11 +1,13 @@
-"""BERT Linear (768->768 and 3072->768): y = x . W^T + b, our own tensor-core GEMM.
+"""BERT Linear (768->768 and 3072->768): y = x . W^T + b. fp32: our own tensor-core GEMM;
+bf16 / fp16: cuBLASLt's GEMM with its bias epilogue (the kernel eager runs), set up once per
+shape so that each call is the matmul alone.
 
-128 x 192 block tiles, 8 warps of 64 x 48, a 4-stage cp.async ring of swizzled 128-byte
-smem rows (16-byte copies, conflict-free fragment loads). fp32: 3xTF32 split precision
-(a = hi + lo; hi*hi + hi*lo + lo*hi on mma.m16n8k8 tensor cores), fp32-accurate; bf16:
-mma.m16n8k16 with ldmatrix. The bias is added in registers before the single store.
-Needs out_features % 192 == 0 and in_features % 32 (fp32) / 64 (bf16) == 0; other
-shapes and dtypes fall back to PyTorch.
+Our GEMM: 128 x 192 block tiles, 8 warps of 64 x 48, a 4-stage cp.async ring of swizzled
+128-byte smem rows (16-byte copies, conflict-free fragment loads). fp32: 3xTF32 split
+precision (a = hi + lo; hi*hi + hi*lo + lo*hi on mma.m16n8k8 tensor cores), fp32-accurate;
+its bf16 path (mma.m16n8k16 with ldmatrix) is in the shared core but unused here. The bias is
+added in registers before the single store. fp32 needs out_features % 192 == 0 and
+in_features % 32 == 0; other shapes and dtypes fall back to PyTorch.
 """
 
 import torch
@@ -314,35 +316,161 @@ cudaError_t launch_gemm_epilogue(bool bf16, int epi, const void* x, const void* 
 """
 
 CPP_SRC = r"""
+#include <ATen/ops/addmm.h>
+#include <ATen/ops/mm.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+
+// ---- BEGIN generated from _parts/cublaslt_linear.cpp: edit there, then run reference_kernels/generate.py ----
+// y[M, N] = x[M, K] W[N, K]^T + b for bf16 / fp16: one cuBLASLt call with its bias epilogue,
+// the kernel eager's F.linear runs (same tile choice, same single rounding of the biased
+// sum), with everything but the call itself set up once. These forwards are paced by the
+// host (the GPU needs 17-70 us, a launch sequence on the H100 machine's CPU 60-130 us), so
+// host time is time: per call at::addmm asked cuBLASLt's heuristic (its host side took
+// 24 us, the matmul alone 12.6 us), torch's handle and workspace getters took 5.8 us more.
+// The extension links -lcublasLt (the CUDA toolkit's; torch has loaded the same library).
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cublasLt.h>
+
+#include <map>
+#include <mutex>
+#include <tuple>
+
+namespace kblt {
+
+// The tensors' element type as launch_bias_act_res_ln takes it (layernorm_epilogue.cuh's KbDtype).
+inline int kb_dtype(at::ScalarType t) {
+  return t == at::kBFloat16 ? 1 : t == at::kHalf ? 2 : 0;
+}
+
+inline void check(cublasStatus_t s, const char* what) {
+  TORCH_CHECK(s == CUBLAS_STATUS_SUCCESS, "cuBLASLt ", what, ": status ", static_cast<int>(s));
+}
+
+constexpr size_t kWorkspace = 32 << 20;  // what torch gives cuBLASLt on Hopper
+
+struct Plan {  // one (M, N, K, dtype, device): descriptors and algorithm, kept for the process
+  cublasLtHandle_t handle;
+  cublasLtMatmulDesc_t op;
+  cublasLtMatrixLayout_t a, b, d;
+  cublasLtMatmulAlgo_t algo;
+};
+
+// Row-major y = x W^T is column-major y^T[N, M] = W^T (W as a K x N column-major matrix,
+// transposed) times x^T (K x M): cuBLAS's "TN" product, bias per output feature (row of y^T).
+inline Plan make_plan(int64_t M, int64_t N, int64_t K, cudaDataType_t t) {
+  Plan p;
+  check(cublasLtCreate(&p.handle), "handle");
+  check(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul descriptor");
+  const cublasOperation_t trans = CUBLAS_OP_T, plain = CUBLAS_OP_N;
+  const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+  check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &trans, sizeof(trans)), "transa");
+  check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &plain, sizeof(plain)), "transb");
+  check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)),
+        "bias epilogue");
+  check(cublasLtMatrixLayoutCreate(&p.a, t, K, N, K), "W layout");
+  check(cublasLtMatrixLayoutCreate(&p.b, t, K, M, K), "x layout");
+  check(cublasLtMatrixLayoutCreate(&p.d, t, N, M, N), "y layout");
+  cublasLtMatmulPreference_t pref;
+  check(cublasLtMatmulPreferenceCreate(&pref), "preference");
+  check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &kWorkspace,
+                                             sizeof(kWorkspace)), "workspace preference");
+  cublasLtMatmulHeuristicResult_t best;
+  int found = 0;
+  check(cublasLtMatmulAlgoGetHeuristic(p.handle, p.op, p.a, p.b, p.d, p.d, pref, 1, &best, &found), "heuristic");
+  cublasLtMatmulPreferenceDestroy(pref);
+  TORCH_CHECK(found > 0, "cuBLASLt has no algorithm for ", M, "x", N, "x", K);
+  p.algo = best.algo;
+  return p;
+}
+
+// Whether `linear_into` takes these operands: bf16 / fp16, contiguous, 16-byte aligned (the
+// plan's kernel was chosen for aligned operands). Otherwise the caller uses at::addmm_out.
+inline bool fast(const torch::Tensor& t) {
+  return t.is_contiguous() && reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
+}
+inline bool takes(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
+  const auto dt = x.scalar_type();
+  return (dt == at::kBFloat16 || dt == at::kHalf) && fast(x) && fast(w) && fast(b);
+}
+
+// y (M x N, contiguous, on the current device) = x W^T + b, on the current stream.
+inline void linear_into(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b, torch::Tensor& y,
+                        int64_t M, int64_t K) {
+  const int64_t N = w.size(0);
+  if (M == 0) return;
+  const auto dt = x.scalar_type();
+  const int device = x.get_device();
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  static std::mutex mu;
+  static std::map<std::tuple<int64_t, int64_t, int64_t, int, int>, Plan> plans;
+  // One workspace per stream: two streams must not share one while their GEMMs run.
+  static std::map<std::pair<int, cudaStream_t>, void*> workspaces;
+  std::lock_guard<std::mutex> lock(mu);  // the descriptor's bias pointer is shared state
+  auto it = plans.find({M, N, K, static_cast<int>(dt), device});
+  if (it == plans.end())
+    it = plans.emplace(std::make_tuple(M, N, K, static_cast<int>(dt), device),
+                       make_plan(M, N, K, dt == at::kBFloat16 ? CUDA_R_16BF : CUDA_R_16F)).first;
+  void*& workspace = workspaces[{device, stream}];
+  if (workspace == nullptr) workspace = c10::cuda::CUDACachingAllocator::raw_alloc(kWorkspace);
+  Plan& plan = it->second;
+  const void* bias = b.data_ptr();
+  check(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
+        "bias pointer");
+  const float one = 1.f, zero = 0.f;
+  check(cublasLtMatmul(plan.handle, plan.op, &one, w.data_ptr(), plan.a, x.data_ptr(), plan.b, &zero, y.data_ptr(),
+                       plan.d, y.data_ptr(), plan.d, &plan.algo, workspace, kWorkspace, stream),
+        "matmul");
+}
+
+}  // namespace kblt
+// ---- END generated from _parts/cublaslt_linear.cpp ----
 
 cudaError_t launch_gemm_epilogue(bool bf16, int epi, const void* x, const void* w, const void* b, const void* res,
                                  void* y, int M, int N, int K, cudaStream_t stream);
 
+// bf16 / fp16: y = x W^T + b, rounded once, by cuBLASLt with its bias epilogue (eager's own
+// kernel, wgmma + TMA on Hopper: our mma.sync bf16 GEMM reached 43-56 % of it), at::addmm_out
+// for operands it does not take. fp32: our 3xTF32 GEMM, faster than cuBLAS's SGEMM.
+static torch::Tensor linear_half(const torch::Tensor& x, const torch::Tensor& w, const c10::optional<torch::Tensor>& b,
+                                 torch::Tensor& y, int64_t M, int64_t K) {
+  auto y2 = y.view({M, w.size(0)});
+  if (M == 0) return y;
+  if (b.has_value() && kblt::takes(x, w, *b))
+    kblt::linear_into(x, w, *b, y2, M, K);
+  else if (b.has_value())
+    at::addmm_out(y2, *b, x.reshape({M, K}), w.t());
+  else
+    at::mm_out(y2, x.reshape({M, K}), w.t());
+  return y;
+}
+
 torch::Tensor linear_forward(torch::Tensor x, torch::Tensor w, c10::optional<torch::Tensor> b) {
   const auto dt = x.scalar_type();
-  TORCH_CHECK(x.is_cuda() && (dt == at::kFloat || dt == at::kBFloat16) && w.scalar_type() == dt, "fp32/bf16 CUDA");
+  const bool half = dt == at::kBFloat16 || dt == at::kHalf;
+  TORCH_CHECK(x.is_cuda() && (dt == at::kFloat || half) && w.scalar_type() == dt, "fp32/bf16/fp16 CUDA");
   const int64_t K = x.size(-1), N = w.size(0);
-  TORCH_CHECK(w.dim() == 2 && w.size(1) == K && N % 192 == 0 && K % (128 / x.element_size()) == 0,
-              "needs N % 192 == 0 and K % ", 128 / x.element_size(), " == 0");
-  const c10::cuda::CUDAGuard guard(x.device());
-  auto x2 = x.reshape({-1, K}).contiguous();
-  auto wc = w.contiguous();
-  torch::Tensor bc;
-  if (b.has_value()) {
+  TORCH_CHECK(w.dim() == 2 && w.size(1) == K, "weight must be [N, K]");
+  TORCH_CHECK(half || (N % 192 == 0 && K % 32 == 0), "fp32 needs N % 192 == 0 and K % 32 == 0");
+  if (b.has_value())
     TORCH_CHECK(b->scalar_type() == dt && b->numel() == N, "bias: N values of x's dtype");
-    bc = b->contiguous();
-  }
+  const c10::cuda::CUDAGuard guard(x.device());
   auto sizes = x.sizes().vec();
   sizes.back() = N;
   auto y = torch::empty(sizes, x.options());
-  const int64_t M = x2.size(0);
+  const int64_t M = x.numel() / K;
+  if (half) return linear_half(x, w, b, y, M, K);
+  auto x2 = x.reshape({-1, K}).contiguous();
+  auto wc = w.contiguous();
+  torch::Tensor bc;
+  if (b.has_value()) bc = b->contiguous();
   if (M == 0) return y;
   TORCH_CHECK(M < (int64_t)1 << 30, "too many rows");
   TORCH_CHECK(reinterpret_cast<uintptr_t>(x2.data_ptr()) % 16 == 0 &&
               reinterpret_cast<uintptr_t>(wc.data_ptr()) % 16 == 0, "x and weight must be 16-byte aligned");
-  const cudaError_t err = launch_gemm_epilogue(dt == at::kBFloat16, 0, x2.data_ptr(), wc.data_ptr(),
+  const cudaError_t err = launch_gemm_epilogue(false, 0, x2.data_ptr(), wc.data_ptr(),
                                                bc.defined() ? bc.data_ptr() : nullptr, nullptr, y.data_ptr(),
                                                (int)M, (int)N, (int)K, c10::cuda::getCurrentCUDAStream());
   TORCH_CHECK(err == cudaSuccess, "gemm_bias launch: ", cudaGetErrorString(err));
@@ -356,14 +484,18 @@ _ext = load_inline(
     cuda_sources=CUDA_SRC,
     functions=["linear_forward"],
     extra_cuda_cflags=["-O3", "--use_fast_math", "-gencode=arch=compute_90a,code=sm_90a"],
+    extra_ldflags=["-lcublasLt"],
     verbose=False,
 )
 
 
 def _supported(x, w):
-    return (x.is_cuda and x.dtype in (torch.float32, torch.bfloat16) and w.dtype == x.dtype and x.dim() >= 1
-            and w.shape[0] % 192 == 0 and w.shape[1] == x.shape[-1]
-            and x.shape[-1] % (32 if x.dtype == torch.float32 else 64) == 0)
+    """fp32 needs our kernel's shapes; bf16 / fp16 go to cuBLASLt (any shape)."""
+    if not x.is_cuda or w.dtype != x.dtype or x.dim() < 1 or w.shape[1] != x.shape[-1]:
+        return False
+    if x.dtype in (torch.bfloat16, torch.float16):
+        return True
+    return x.dtype == torch.float32 and w.shape[0] % 192 == 0 and x.shape[-1] % 32 == 0
 
 
 class ModelNew(nn.Module):
@@ -372,7 +504,9 @@ class ModelNew(nn.Module):
         self.dense = nn.Linear(in_features, out_features)
 
     def forward(self, x):
-        w, b = self.dense.weight, self.dense.bias
+        # Plain dict lookups: at BERT's sizes this forward's time is mostly host time.
+        params = self._modules["dense"]._parameters
+        w, b = params["weight"], params["bias"]
         if _supported(x, w):
             return _ext.linear_forward(x, w, b)
         return F.linear(x, w, b)
