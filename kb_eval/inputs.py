@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import warnings
 from typing import Any, Callable
 
 import torch
@@ -54,27 +55,49 @@ def cast_tree(x: Any, dtype: torch.dtype) -> Any:
     return x
 
 
-def seed_for(device: str | torch.device, seed: int) -> None:
-    """Seed the generators that draw on `device`: the CPU's (a `get_inputs` may draw there
-    too) and, on a GPU, that device's. Not torch.manual_seed: it also queues a seed for
-    every accelerator not yet started, formatting a stack trace for each (0.5 ms a draw on
-    the 2-core CPU; on the H100, XPU's and MTIA's made 45 ms of each sample's timing step,
-    both sides' draws, py-spy), and seeds every GPU where a child sees one. The same
-    generators get the same seed, so the inputs are those torch.manual_seed gave."""
+@contextlib.contextmanager
+def seeded(device: str | torch.device, seed: int):
+    """Draws inside the block come from `seed`: on the CPU's generator (a `get_inputs`
+    may draw there too) and, on a GPU, on a generator state of our own that the device's
+    default generator points at for the block only (`graphsafe_set_state`), then back
+    at its own. So our draws never move the state a candidate's CUDA graph registered:
+    a capture that failed leaves that state marked as capturing, and any draw on it after
+    raised "Offset increment outside graph capture" in our code, not the candidate's
+    (a model-written ConvTranspose2d candidate that fell back to eager crashed so). Not
+    torch.manual_seed: it also queues a seed for every accelerator not yet started,
+    formatting a stack trace for each (0.5 ms a draw on the 2-core CPU; on the H100,
+    XPU's and MTIA's made 45 ms of each sample's timing step, both sides' draws,
+    py-spy). A fresh state seeded so draws what torch.manual_seed(seed) gave."""
     dev = torch.device(device)
     torch.default_generator.manual_seed(seed)
     if dev.type == "cuda" and torch.cuda.is_initialized():
         index = dev.index if dev.index is not None else torch.cuda.current_device()
-        torch.cuda.default_generators[index].manual_seed(seed)
-    elif dev.type != "cpu":  # CUDA not started yet (its first draw), or another device
+        default = torch.cuda.default_generators[index]
+        own = _OWN_CUDA_STATES.get(index)
+        if own is None:
+            own = _OWN_CUDA_STATES[index] = torch.Generator(torch.device("cuda", index))
+        own.manual_seed(seed)
+        theirs = default.graphsafe_get_state()
+        default.graphsafe_set_state(own)
+        try:
+            yield
+        finally:
+            default.graphsafe_set_state(theirs)
+        return
+    if dev.type != "cpu":  # CUDA not started yet (its first draw), or another device
         torch.manual_seed(seed)
+    yield
+
+
+# A generator per GPU for our draws (`seeded`); filled in place, never rebound (the
+# tripwires compare this module's names by identity).
+_OWN_CUDA_STATES: dict[int, torch.Generator] = {}
 
 
 def make_inputs(get_inputs: Callable[[], list], seed: int, device: str | torch.device,
                 dtype: torch.dtype) -> list:
     """Seeded inputs created on `device`, floats cast to `dtype`."""
-    seed_for(device, seed)
-    with torch.device(device):
+    with seeded(device, seed), torch.device(device):
         inputs = get_inputs()
     return [cast_tree(x, dtype) for x in inputs]
 
@@ -87,16 +110,65 @@ def make_init_inputs(get_init_inputs: Callable[[], list], device) -> list:
 def build_model(cls: type, init_inputs: list, seed: int, device, dtype: torch.dtype,
                 reference_state: dict | None = None) -> torch.nn.Module:
     """Construct under a fixed seed (KernelBench's rule for matching weights), then copy
-    the reference's weights when the parameter sets agree (robust to init order)."""
+    the reference's weights when the parameter sets agree (robust to init order).
+    Constructed on `device` (`constructing_on`); a module that cannot be so (one that
+    needs the legacy `torch.Tensor(n)` on the CPU in its __init__) is constructed as
+    before that, under the same seed."""
     torch.manual_seed(seed)
-    with torch.device(device):
-        model = cls(*init_inputs)
+    try:
+        with constructing_on(device):
+            model = cls(*init_inputs)
+    except Exception:
+        if not _legacy_follows(device):
+            raise
+        torch.manual_seed(seed)
+        with torch.device(device):
+            model = cls(*init_inputs)
     if reference_state is not None:
         own = model.state_dict()
         if own.keys() == reference_state.keys() and all(
                 own[k].shape == reference_state[k].shape for k in own):
             model.load_state_dict(reference_state)
     return model.to(device=device, dtype=dtype).eval()
+
+
+# The legacy constructor's CUDA types, by default dtype (`constructing_on`).
+_LEGACY_CUDA = {torch.float32: "torch.cuda.FloatTensor", torch.float64: "torch.cuda.DoubleTensor",
+                torch.float16: "torch.cuda.HalfTensor", torch.bfloat16: "torch.cuda.BFloat16Tensor"}
+
+
+def _legacy_follows(device) -> bool:
+    return torch.device(device).type == "cuda" and hasattr(torch, "set_default_tensor_type")
+
+
+@contextlib.contextmanager
+def constructing_on(device):
+    """Tensors a module makes while it is constructed land on `device`: the factory
+    functions (torch.empty, torch.tensor, ...) by the device context, and on a GPU the
+    legacy `torch.Tensor(n, m)` as well, which ignores that context (only the default
+    tensor type moves it, deprecated since PyTorch 2.1 but still the one switch). Without
+    it a candidate's `nn.Parameter(torch.Tensor(out, in))` stayed on the CPU beside its
+    `torch.tensor(c)` on the GPU (its __init__ failed on mixed devices), and its weights
+    came from the CPU's generator while the reference's nn.Linear drew on the GPU's: the
+    same construction, other weights. KernelBench constructs everything on the CPU and
+    then moves it; here everything draws on the device, for both sides alike."""
+    dev = torch.device(device)
+    if not _legacy_follows(dev):
+        with dev:
+            yield
+        return
+    dtype = torch.get_default_dtype()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the deprecation notice
+        torch.set_default_tensor_type(_LEGACY_CUDA.get(dtype, "torch.cuda.FloatTensor"))
+    try:
+        with torch.cuda.device(dev), dev:
+            yield
+    finally:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.set_default_tensor_type("torch.FloatTensor")
+        torch.set_default_dtype(dtype)
 
 
 def copy_tree(x: Any) -> Any:

@@ -12,7 +12,7 @@ import torch
 from adversarial.evalrun import run_eval
 from kb_eval.eval.judge.correctness import (compare_tensor, info_from_diffs, judge_file,
                                            resolve_tolerance)
-from kb_eval.eval.judge.references import make_plan
+from kb_eval.eval.schedule.memplan import make_plan
 from kb_eval.eval.judge.truth import compare_truth
 from kb_eval.eval.wire import outputs
 

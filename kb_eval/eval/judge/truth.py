@@ -18,6 +18,13 @@ GELU output is 99.9999 % zeros, and an honest copy failed at one value where the
 reference's own error happened to be tiny: S over every position is 1/1400 of S over its
 values, on the CPU at batch 8), u = the unit roundoff of the run's precision (2^-24 for
 fp32: the slack of storing the result at all; M makes it a floor where the truth is ~0).
+Where no position carries a value (the reference and the truth zero everywhere: a
+MobileNetV2 whose float64 and fp32 runs both gave exact zeros), S = M = 0 would hold the
+output to exactly zero, and an fp32 computation that lands on zeros through other
+roundings (5e-9 on the H200) failed at 1.5e15x its bound. There M is the computation's
+own scale instead, the largest magnitude among the call's floating inputs and the
+reference's weights and buffers (`Truth.scale`): an fp32 residue of u times that passes,
+a bf16 one (2^-8 of it) still fails.
 NaN and Inf must sit where the reference's are. K and K_NORM come from
 benchmarks/f64_bound.py (CPU, docs/GUARANTEES.md "Correctness"): other summation orders
 (chunked, transposed, im2col, by hand) needed k <= 7.2 and a normwise ratio <= 1.6; a
@@ -41,6 +48,41 @@ K_NORM = 64.0
 UNIT_ROUNDOFF = {torch.float64: 2.0 ** -53, torch.float32: 2.0 ** -24,
                  torch.float16: 2.0 ** -11, torch.bfloat16: 2.0 ** -8}
 CHUNK = 1 << 23  # elements per step: a few float64 temporaries of 64 MB each
+
+
+class Truth(list):
+    """A call's float64 outputs, and `scale`: the largest finite magnitude among the
+    call's floating inputs and the reference's floating weights and buffers (0 unknown),
+    the rule's M where the truth carries no value at all."""
+
+    def __init__(self, tensors, scale: float = 0.0):
+        super().__init__(tensors)
+        self.scale = scale
+
+
+def computation_scale(inputs: list, model: torch.nn.Module) -> float:
+    """Truth.scale of a call: one reduction per tensor, no copies (inputs may be GiBs);
+    0 when a tensor cannot say (the rule then has no floor, as before)."""
+    tensors = [t for t in _leaves(inputs) if t.is_floating_point() and t.numel()]
+    tensors += [t for t in (*model.parameters(), *model.buffers())
+                if t.is_floating_point() and t.numel()]
+    ends: dict[torch.device, list[torch.Tensor]] = {}
+    try:
+        for t in tensors:  # gathered per device, read once each
+            ends.setdefault(t.device, []).append(
+                torch.stack(torch.aminmax(t.detach())).double().abs().max())
+        return max((float(torch.stack(e).nan_to_num_(0.0, 0.0, 0.0).max())
+                    for e in ends.values()), default=0.0)
+    except (RuntimeError, NotImplementedError):  # a tensor kind without aminmax
+        return 0.0
+
+
+def _leaves(x) -> list:
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, (list, tuple)):
+        return [t for v in x for t in _leaves(v)]
+    return []
 
 
 def within_rounding(excess: float, d2: float, r2: float, count: int, u: float) -> bool:
@@ -140,14 +182,18 @@ def _scales_torch(r: torch.Tensor, t: torch.Tensor) -> tuple[float, float, int]:
     return float(e2), float(t2), int(n)
 
 
-def compare_truth(out: torch.Tensor, ref: torch.Tensor, truth: torch.Tensor) -> dict:
+def compare_truth(out: torch.Tensor, ref: torch.Tensor, truth: torch.Tensor,
+                  scale: float = 0.0) -> dict:
     """The float64 verdict on one output tensor (shape and dtype already checked against
-    `ref`): {"ok", "error", "ratio", "norm_ratio"}."""
+    `ref`): {"ok", "error", "ratio", "norm_ratio"}. `scale`: Truth.scale, M where no
+    position carries a value."""
     u = UNIT_ROUNDOFF[{torch.complex64: torch.float32,
                        torch.complex128: torch.float64}.get(ref.dtype, ref.dtype)]
     o, r, t = _flat(out), _flat(ref), _flat(truth)
     e2, t2, n = _scales(r, t)
     s, m = (e2 / n) ** 0.5 if n else 0.0, (t2 / n) ** 0.5 if n else 0.0
+    if not n:  # zeros everywhere: the computation's scale, over every position
+        m, t2 = scale, scale * scale * r.numel()
     fused = _fused(r, o, t)
     worst, c2, bad, nan_bad, inf_bad = (fused.truth_check(o, r, t, s, m, u, K, CHUNK) if fused
                                         else _check_torch(o, r, t, s, m, u))
@@ -200,7 +246,7 @@ def compare_outputs_truth(outs: list[torch.Tensor], refs: list[torch.Tensor],
             if not exact_ok(i):
                 return {"ok": False, "error": where + "differs from the reference"}
             continue
-        d = compare_truth(o, r, t)
+        d = compare_truth(o, r, t, getattr(truths, "scale", 0.0))
         if not d["ok"]:
             return {**d, "error": where + d["error"]}
         worst, norm = max(worst, d["ratio"]), max(norm, d["norm_ratio"])
