@@ -249,7 +249,7 @@ def check_gpus_visible(spec: str | None, flag: str = "--gpus") -> None:
 # verdict the serial run's; a 12-16 GiB problem runs with fewer or no neighbours, by its
 # memory plan. On the H200 two runs at depth 1 and two at depth 3 of 50 cached level-2
 # candidates gave the same verdicts, and speedups that differed across depths no more
-# than between runs at one depth (README, "Several candidates per device").
+# than between runs at one depth (docs/PERFORMANCE.md, "Lane depth").
 GPU_LANE_DEPTH = 3
 
 
@@ -310,6 +310,13 @@ def add_execution_flags(p: argparse.ArgumentParser, defaults) -> None:
                         "one compile succeeds)")
     g.add_argument("--cache-dir", type=Path, default=defaults.cache_dir,
                    help=f"build cache and scratch space (default: {defaults.cache_dir})")
+    g.add_argument("--no-sandbox", action="store_true",
+                   help="run candidates without the sandbox (their own namespaces, no "
+                        "network, no secrets, writes only to their scratch: "
+                        "docs/GUARANTEES.md), for hosts without user namespaces or "
+                        "Landlock; a candidate can then read your environment, signal "
+                        "the evaluator and write your files; every record says sandbox: "
+                        "false")
 
 
 def execution_config(args) -> dict:
@@ -333,4 +340,22 @@ def execution_config(args) -> dict:
                devices=[g.strip() for g in args.gpus.split(",")] if args.gpus else None)
     if args.jobs:
         cfg["jobs"] = args.jobs
+    cfg["sandbox"] = sandbox_available(args.no_sandbox, cfg["cache_dir"])
     return cfg
+
+
+def sandbox_available(no_sandbox: bool, cache_dir: Path) -> bool:
+    """Whether candidates run sandboxed: yes unless --no-sandbox (said in one line), and
+    never silently not: a sandbox that cannot start here is a one-line refusal."""
+    if no_sandbox:
+        print("kb_eval: warning: --no-sandbox: candidate code runs with your rights, "
+              "environment and network", file=sys.stderr)
+        return False
+    from kb_eval.isolation import sandbox, sandbox_probe
+
+    Path(cache_dir).mkdir(parents=True, exist_ok=True)
+    why = sandbox_probe.probe(sandbox.Policy(write=[str(cache_dir)]))
+    if why is not None:
+        raise UserError(f"the sandbox cannot start on this host ({why.splitlines()[0]}); "
+                        f"--no-sandbox runs candidates without it")
+    return True

@@ -7,6 +7,8 @@ One row per sample record (every turn), sorted by level, problem_id, sample, tur
 Nested fields are flattened with dots (`timing.median`, `baseline.median`,
 `correctness.max_abs_diff`, `phases.build`, `crash.kind`); `flags` becomes one string of
 codes ("code1,code2", "" when none) and `flag_errors` counts the error-severity ones;
+the speed of light is `work.flops`, `work.bytes`, `sol.share` (`sol.flop_share`,
+`sol.byte_share`, `sol.reference_share`) and `sol_counted` (the share sol_p counts);
 the run's own facts are repeated on each row (`model`, `run`, `hardware`, `run_precision`,
 `run_backend`, `run_source`, `baseline_kind`), so frames of several runs concatenate.
 The run stage's extra fields (prompt_tokens, completion_tokens, cost, latency_s,
@@ -26,6 +28,7 @@ def to_frame(path):
     """The samples of a results.json (or of the run folder that holds one)."""
     import pandas as pd
 
+    from kb_eval.eval.judge.score import counted_sol
     from kb_eval.report.runs import baseline_kind
     from kb_eval.results import RunFile, read_model
 
@@ -43,6 +46,8 @@ def to_frame(path):
         flags = d.pop("flags") or []
         d["flags"] = ",".join(f["code"] for f in flags)
         d["flag_errors"] = sum(f.get("severity") == "error" for f in flags)
+        # the speed-of-light share the score counts (None: uncounted or above 1)
+        d["sol_counted"] = counted_sol(r)
         rows.append({**run_cols, **d})
     if not rows:
         return pd.DataFrame(columns=[*run_cols, "key", *SORT, "status"])

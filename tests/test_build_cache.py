@@ -23,8 +23,9 @@ import pytest
 from candidates import eval_kit as kit
 from kb_eval.eval import EvalConfig, evaluate
 from kb_eval.eval.schedule import pch
-from kb_eval.eval.schedule.build import (MARKER, Builder, cache_key, is_diagnosed,
-                                         toolchain_fault, toolchain_fingerprint)
+from kb_eval.eval.schedule.build import (MARKER, Builder, cache_key, compile_error_line,
+                                         is_diagnosed, toolchain_fault,
+                                         toolchain_fingerprint)
 from kb_eval.problems import load_problems, reference_copy
 from kb_eval.timing import TimingSettings
 
@@ -122,13 +123,19 @@ def test_candidate_errors_are_its_own():
             " error: expected primary-expression before ';' token\n")
     assert toolchain_fault(text, ["/c/pch", "/c/builds"]) is None and is_diagnosed(text)
     assert not is_diagnosed("RuntimeError: Error building extension 'x': FAILED: main.o")
+    assert compile_error_line(text) == "main.cpp:9:70: error: expected primary-expression " \
+                                       "before ';' token"
+    # no diagnostic: the exception's first line, as before
+    assert compile_error_line("RuntimeError: Error building extension 'x'\nninja: x") == \
+        "RuntimeError: Error building extension 'x'"
 
 
 # ------------------------------------------------------------------ a race
 @pytest.fixture(scope="module")
 def made(tmp_path_factory, problem):
-    """Two first builds on a fresh cache with 2 jobs (one makes the PCH while the other
-    compiles); the PCH folder they leave is the one later tests copy."""
+    """Two first builds on a fresh cache with 2 jobs (one worker makes the PCH from a
+    source of ours first, pch_warm.py, while the other compiles); the PCH folder left is
+    the one later tests copy."""
     tmp = tmp_path_factory.mktemp("made")
     cache = tmp / "cache"
     records = judge(problem, cache, tmp, GOOD_A, GOOD_B)
@@ -247,6 +254,9 @@ def test_real_compile_error_is_cached(made, tmp_path):
     first = b.build(BROKEN, tmp_path / "w1")
     assert first.info.status == "compile_error" and not first.info.cache_hit
     assert "expected primary-expression" in first.detail
+    # the compiler's first diagnostic, not torch's ninja command line
+    assert re.match(r"main\.cpp:\d+:\d+: error: expected primary-expression", first.error), \
+        first.error
     assert first.harness_error is None and first.retried is None
     marker = cache / "builds" / first.info.cache_key / MARKER
     assert json.loads(marker.read_text())["status"] == "compile_error"
@@ -295,7 +305,7 @@ def test_pch_that_gcc_rejects_is_retried_without_it(tmp_path):
     tier, whose own failure is the next tier's business (next test)."""
     cache = tmp_path / "cache"
     b = builder(cache, full_only=True)
-    assert b.build(GOOD_B, tmp_path / "w0").info.status == "ok"  # makes torch's PCH
+    assert b.build(GOOD_B, tmp_path / "w0").info.status == "ok"
     [folder] = pch_folders(cache)
     assert not folder_is_slim(folder)
     truncate_and_forge(folder)

@@ -18,7 +18,7 @@ import torch
 from candidates import eval_kit as kit
 from kb_eval.eval import EvalConfig, evaluate
 from kb_eval.eval.judge.correctness import judge_file
-from kb_eval.eval.judge.references import MemoryPlan
+from kb_eval.eval.schedule.memplan import MemoryPlan
 from kb_eval.eval.schedule.context import EvalContext
 from kb_eval.eval.schedule.exchange import checked_calls, exchange_bytes
 from kb_eval.eval.wire import outputs
@@ -104,22 +104,20 @@ def test_plan_counts_memory_that_samples_in_flight_hold_as_free():
     buffers hold device memory: the plan must see the device as the evaluator idle
     offers it, or a large problem loses its device buffers (and maybe its float64
     truth) for having come second."""
-    import threading
-    from kb_eval.eval.judge.references import ReferenceStore
+    from kb_eval.eval.schedule.memplan import IdleMemory
 
-    refs = object.__new__(ReferenceStore)  # no servers: the sizes are given
-    refs._guard, refs._others = threading.Lock(), {}
+    idle = IdleMemory()
     total = 80 * GB
-    first = refs._idle_free("cuda:0", {"total_bytes": total, "free_bytes": 78 * GB,
-                                       "reserved_bytes": 1 * GB})
+    first = idle.free("cuda:0", {"total_bytes": total, "free_bytes": 78 * GB,
+                                 "reserved_bytes": 1 * GB})
     assert first["free_bytes"] == 78 * GB  # 1 GB of contexts not ours
     # neighbours took 40 GB; the server keeps 2 GB now
-    busy = refs._idle_free("cuda:0", {"total_bytes": total, "free_bytes": 37 * GB,
-                                      "reserved_bytes": 2 * GB})
+    busy = idle.free("cuda:0", {"total_bytes": total, "free_bytes": 37 * GB,
+                                "reserved_bytes": 2 * GB})
     assert busy["free_bytes"] == 77 * GB
-    assert refs._idle_free("cuda:1", {"total_bytes": total, "free_bytes": 30 * GB,
-                                      "reserved_bytes": 0})["free_bytes"] == 30 * GB
-    assert refs._idle_free("cuda:0", {"free_bytes": 5})["free_bytes"] == 5  # a CPU: as is
+    assert idle.free("cuda:1", {"total_bytes": total, "free_bytes": 30 * GB,
+                                "reserved_bytes": 0})["free_bytes"] == 30 * GB
+    assert idle.free("cuda:0", {"free_bytes": 5})["free_bytes"] == 5  # a CPU: as is
 
 
 # ------------------------------------------------------------------ on a GPU

@@ -59,22 +59,35 @@ def test_streams_pairs_as_they_arrive(problems, config):
     assert producer_ok == [True]
     assert [(r.key.split("/")[-1], r.sample, r.turn, r.status) for r in records] == [
         ("2", 0, 0, "correct"), ("1", 1, 2, "incorrect")]
+    # the problem's work and the correct sample's speed of light, the machine's peaks
+    # measured on first need beside the baseline files (kb_eval/peaks.py)
+    work, sol = records[0].work, records[0].sol
+    assert work.bytes > 0 and work.bytes == work.in_bytes + work.weight_bytes + work.out_bytes
+    assert sol.byte_share > 0 and sol.share == max(sol.flop_share or 0, sol.byte_share)
+    assert sol.reference_share > 0 and records[1].sol is None and records[1].work is not None
+    assert (config().results_dir / "baseline" / "cpu" / "peaks.json").exists()
 
 
 def test_the_devices_children_start_before_any_sample_comes(config):
     """A run's candidate children start up (torch, and CUDA on a GPU) while its first
     builds and memory plans go on: on the H100 each of a check --harness run's first
-    samples waited ~6 s for them after its plan."""
+    samples waited ~6 s for them after its plan. Looked for while the run is live: its
+    spares bind its scratch folders, which are gone (and the spares stale) after it."""
     from kb_eval.eval.schedule.sample import CHILD_TARGET
     from kb_eval.isolation.spares import SPARES
 
     ctx = prepare(config())
     SPARES.close()  # none left by other tests
-    assert list(evaluate(iter([]), context=ctx)) == []  # not one sample
-    waiting = [SPARES.take(ctx.device_env(d), CHILD_TARGET.partition(":")[0])
-               for d in ctx.devices]
+    waiting = []
+
+    def no_samples():
+        waiting.extend(SPARES.take(ctx.device_env(d), CHILD_TARGET.partition(":")[0])
+                       for d in ctx.devices)
+        yield from ()
+
     try:
-        assert all(child is not None for child in waiting), ctx.devices
+        assert list(evaluate(no_samples(), context=ctx)) == []  # not one sample
+        assert waiting and all(child is not None for child in waiting), ctx.devices
     finally:
         for child in waiting:
             if child is not None:

@@ -54,7 +54,7 @@ def test_summary_hand_computed():
                rec("s/level1/2", 0, "correct", 0.9), rec("s/level1/2", 1, "compile_error")]
     s = summarize(records, ["s/level1/1", "s/level1/2", "s/level1/3"], samples_per_problem=2)
     assert s.problems == 3 and s.samples == 4
-    assert s.compiled_rate == pytest.approx((1 + 0.5 + 0) / 3)
+    assert s.compiled_rate == pytest.approx(3 / 4)  # of the recorded samples
     assert s.correct_rate == pytest.approx((0.5 + 0.5 + 0) / 3)
     assert s.fast_p["fast_0"] == pytest.approx(1 / 3)
     assert s.fast_p["fast_0.8"] == pytest.approx(1 / 3)
@@ -65,6 +65,16 @@ def test_summary_hand_computed():
     assert s.pass_at_k["pass@1"] == pytest.approx(1 / 3)
     assert "pass@5" not in s.pass_at_k  # k > n: not estimable
     assert s.status_counts == {"correct": 2, "incorrect": 1, "compile_error": 1}
+
+
+def test_compiled_rate_is_over_the_recorded_samples():
+    """Samples 0 and 2 of one problem, sample 0 of two others, one compiled: 1 of 4
+    recorded compiled (25 %), however many samples per problem were asked."""
+    records = [rec("s/level1/1", 0, "correct", 1.2), rec("s/level1/1", 2, "compile_error"),
+               rec("s/level1/2", 0, "compile_error"), rec("s/level1/3", 0, "compile_error")]
+    s = summarize(records, ["s/level1/1", "s/level1/2", "s/level1/3"], samples_per_problem=2)
+    assert s.samples == 4 and s.compiled_rate == pytest.approx(0.25)
+    assert s.correct_rate == pytest.approx((1 / 2) / 3)  # still of the samples asked
 
 
 def test_pass_at_2_in_summary():

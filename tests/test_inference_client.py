@@ -110,13 +110,36 @@ def test_timeout_then_retry() -> None:
     assert len(server.requests) == 2 and 0.5 <= elapsed < 2.5
 
 
-def test_connection_refused_is_retried_then_reported() -> None:
-    with ScriptedServer() as server:
-        base_url = server.base_url
-    endpoint = ModelEndpoint(name="gone", base_url=base_url, model="m", timeout_s=1)
-    client = ChatClient(endpoint, "k", RetryPolicy(max_attempts=2, backoff_base_s=0.01,
-                                                   backoff_max_s=0.01))
-    with pytest.raises(InferenceError, match="after 2 attempt"):
+def _refusing_port():
+    """A TCP port on 127.0.0.1 that is bound but never listens: every connect is refused,
+    and no other process can take the port while the socket is held."""
+    import socket
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    return sock, sock.getsockname()[1]
+
+
+def test_connection_refused_is_not_retried_and_is_the_users_to_fix() -> None:
+    """No server: one request, then a UserError naming the address (no backoff waits)."""
+    sock, port = _refusing_port()
+    with sock:
+        endpoint = ModelEndpoint(name="gone", base_url=f"http://127.0.0.1:{port}/v1",
+                                 model="m", timeout_s=5)
+        client = ChatClient(endpoint, "k", RetryPolicy(max_attempts=5, backoff_base_s=30))
+        with pytest.raises(UserError, match=f"cannot reach http://127.0.0.1:{port}/v1 .*"
+                                            "refused.*is the server running") as info:
+            client.complete(MESSAGES)
+    assert "\n" not in str(info.value)
+
+
+def test_connection_refused_after_an_answer_is_one_requests_error() -> None:
+    """Once the endpoint has answered, a refusal (the server went away) is recorded per
+    request as an InferenceError, not retried, and does not stop the run."""
+    with ScriptedServer([reply("first")]) as server:
+        client = make_client(server, retry=RetryPolicy(max_attempts=5, backoff_base_s=30))
+        assert client.complete(MESSAGES).text == "first"
+    with pytest.raises(InferenceError, match="after 1 attempt"):
         client.complete(MESSAGES)
 
 

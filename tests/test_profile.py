@@ -39,6 +39,9 @@ def test_two_problems(tmp_path):
     fused = check_profile(tmp_path / "level1_problem19_add_mul_fused_fp32")
     # aten::relu runs as clamp_min on a CPU: still activation time, not elementwise
     assert relu["category_share_pct"]["activation"] > 50
+    # and its operators table says so too: both tables of report.md name one category
+    assert {o["category"] for o in relu["ops"] if o["self_ms"] > 0} == {"activation"}, \
+        [(o["op"], o["category"]) for o in relu["ops"]]
     assert fused["category_share_pct"]["elementwise"] > 50
     assert {o["op"] for o in fused["top_ops"]} >= {"aten::add", "aten::mul"}
 

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from openai_server import ScriptedServer, reply
+from openai_server import ScriptedServer, error, reply
 
 from kb_eval.cli import run_cli
 from kb_eval.run import main
@@ -281,6 +281,40 @@ def test_samples_pass_at_k(setup, tmp_path):
     assert sorted(by_slot(results)) == [(3, 0, 0), (3, 1, 0)]
     assert results["summary"]["pass_at_k"] == {"pass@1": 1.0}
     assert len(server.requests) == 2  # same prompt, two samples: two requests
+
+
+def test_unanswered_run_is_failed_not_scored_and_resume_asks_again(setup, tmp_path, capsys):
+    """Every request refused by the server (HTTP 400): the run records inference_error
+    for each sample; the report never ranks it as scored; --resume asks again, and its
+    progress bar counts only what this session did."""
+    from kb_eval.report.cli import main as report_main
+
+    answered = set()
+    setup(lambda pid, turn, body: reply(python_answer(pid)) if pid in answered
+          else error(400, message="prompt too long"))
+    assert run_main("--problems", "2-3", "--run", "f") == 0
+    assert {s["status"] for s in results_of(tmp_path, "f")["samples"]} == {"inference_error"}
+    capsys.readouterr()
+    assert run_cli(report_main, ["--results-dir", str(tmp_path / "results")]) == 0
+    out = capsys.readouterr().out
+    assert "left out scripted/f (failed: every sample an inference_error" in out, out
+    assert "no complete runs" in out
+    assert run_cli(report_main, ["--results-dir", str(tmp_path / "results"),
+                                 "--all-runs"]) == 0
+    row = next(ln for ln in capsys.readouterr().out.splitlines() if " f " in ln)
+    assert row.lstrip().startswith("- ") and "failed: no answers" in row, row
+
+    answered.add(2)  # one answer this time, the other refused again
+    assert run_main("--resume", "--run", "f") == 0
+    answered.add(3)
+    capsys.readouterr()
+    assert run_main("--resume", "--run", "f") == 0
+    bar = capsys.readouterr().err.replace("\r", "\n").splitlines()
+    last = [ln for ln in bar if "answered" in ln][-1]
+    # problem 2 was recorded by the session before: not in this session's counts
+    assert "1/1" in last and "answered 1 compiled 1 correct 1" in last, last
+    statuses = {s["problem_id"]: s["status"] for s in results_of(tmp_path, "f")["samples"]}
+    assert statuses == {2: "correct", 3: "correct"}
 
 
 def _child_env(config: Path, **extra) -> dict:

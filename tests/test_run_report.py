@@ -48,6 +48,30 @@ def test_usage_totals_and_summary_table():
         assert line in table, table
 
 
+def test_pytorch_only_answer_does_not_look_like_a_win():
+    """A correct answer flagged no_custom_kernel: its row says the speedup is not counted,
+    the interval column is labelled, and the summary says why fast_p and the geomean
+    count nothing; a long error is cut with an ellipsis."""
+    from kb_eval.report import samples_table
+    from kb_eval.results import Flag
+
+    f = run_file("m", "r", [1.01, None])
+    ok, broken = f.samples
+    ok.flags = [Flag(code="no_custom_kernel", severity="warning", message="PyTorch ops only")]
+    ok.speedup_ci = [0.91, 1.07]
+    broken.error = "main.cpp:17:11: error: " + "x" * 200
+    f.summary = summarize(f.samples, f.problems_asked)
+    table = samples_table(f).splitlines()
+    assert "speedup [95% CI]" in table[0] and "error / not counted" in table[0]
+    assert "1.01x [0.91-1.07]" in table[1] and \
+        table[1].endswith("speedup not counted: no_custom_kernel"), table[1]
+    assert table[2].endswith("x…") and len(table[2].split("main.cpp")[1]) < 70, table[2]
+    summary = summary_table(f)
+    assert "fast_0                         0.0%" in summary, summary
+    assert "- (no speedup counted)" in summary
+    assert "speedups not counted           no_custom_kernel 1 (fast_p, geomean)" in summary
+
+
 def test_leaderboard_groups_and_sorts(tmp_path, capsys):
     for f in (run_file("weak", "a", [None, 0.5]), run_file("strong", "b", [3.0, 1.5]),
               run_file("half", "c", [1.2, 1.1], precision="bf16")):

@@ -160,8 +160,9 @@ def test_baseline_launches_from_the_pairing_core_and_records_the_gpu_state(tmp_p
 
 
 def test_inputs_drawn_on_the_gpu_are_those_torch_manual_seed_gave():
-    """seed_for seeds the CPU's and the device's generators only (not torch.manual_seed,
-    whose lazy seeding of other accelerators cost 45 ms a sample): same values."""
+    """inputs.seeded seeds the CPU's generator and a state of ours on the device (not
+    torch.manual_seed, whose lazy seeding of other accelerators cost 45 ms a sample):
+    same values."""
     from kb_eval.inputs import make_inputs
 
     def get_inputs():

@@ -10,6 +10,7 @@ config.py, no API keys); they run a few at a time, so the walk takes well under 
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -86,6 +87,7 @@ CASES = [
     ("run", ["--resume", "--run", "nosuch"], "nothing to resume"),
     ("run", ["--resume"], "no run under"),
     ("eval", [*EVAL, "--resume", "--run", "nosuch"], "nothing to resume"),
+    ("eval", [*EVAL, "--problems", "2"], "no candidate for --problems 2"),
     ("eval", [*EVAL, "--baseline-compile", "max-autotune", "--results-dir", "{runs}"],
      "_compile-max-autotune.json is missing"),
     *[(cli, [], "KB_EVAL_CONFIG") for cli in CLIS],
@@ -105,9 +107,12 @@ def _env(config: str | None) -> dict:
     return env
 
 
-def _run(cli: str, args: list[str], cwd: Path, config: str | None):
-    return subprocess.run([sys.executable, "-m", CLIS[cli], *args], cwd=cwd, env=_env(config),
-                          capture_output=True, text=True, timeout=180)
+def _run(cli: str, args: list[str], cwd: Path, config: str | None, **env):
+    # A guard against a hang, not a pace: a cold C++ build on a busy 2-core machine took
+    # more than 180 s here.
+    return subprocess.run([sys.executable, "-m", CLIS[cli], *args], cwd=cwd,
+                          env={**_env(config), **env}, capture_output=True, text=True,
+                          timeout=900)
 
 
 @pytest.fixture(scope="module")
@@ -227,6 +232,7 @@ def test_baseline_file_per_source_and_invocations_kept():
     bert = baseline_path(Path("results"), "cpu", "fp32", "compile-default", source="bert")
     assert ops == Path("results/baseline/cpu/ops/fp32.json")
     assert bert == Path("results/baseline/cpu/bert/fp32_compile-default.json")
+    assert str(ops) in (REPO / "results" / "README.md").read_text()  # the doc's example
     first = Producer(tool="t", argv=["a", "--x"]).continuing(None)
     third = Producer(tool="t", argv=["c"]).continuing(
         Producer(tool="t", argv=["b"]).continuing(first))
@@ -290,3 +296,95 @@ def test_samples_sorted_and_summary_per_level():
     table = summary_table(run)
     assert "level1 (2 problems)" in table and "level2 (1 problems)" in table
     assert "nan" not in table.lower() and "None" not in table
+
+
+# ------------------------------------------------------------------ mistakes met later on
+def _progress_line(line: str) -> bool:
+    """A tqdm progress line (`  0%|   | 0/1 [...]`), which stderr may hold besides the error."""
+    return "%|" in line
+
+
+def _one_error_line(done) -> str:
+    """The one line on stderr that is not the progress bar; no traceback, no retry."""
+    err = [ln for ln in done.stderr.splitlines() if ln.strip() and not _progress_line(ln)]
+    assert "Traceback" not in done.stderr and "retry" not in done.stderr, done.stderr[-2000:]
+    assert len(err) == 1, err
+    return err[0]
+
+
+def test_unreachable_model_server_stops_the_run(tmp_path):
+    """No server at the model's address (a port bound but never listening, so that every
+    connect is refused): the run stops at its first requests with one line and exit 2,
+    rather than retrying and recording a 0 % run."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+        config = tmp_path / "config.py"
+        config.write_text(f"MODELS = [dict(name='gone', base_url={url!r}, model='m', "
+                          f"api_key_env=None, max_concurrency=4, timeout_s=30)]\n"
+                          f"DEFAULTS = dict(source={str(PROBLEMS)!r}, backend='cpp', "
+                          f"results_dir={str(tmp_path / 'results')!r})\n")
+        done = _run("run", ["--model", "gone", "--problems", "1-2", "--live-baseline"],
+                    tmp_path, str(config))
+    assert done.returncode == 2, done.stderr[-2000:]
+    line = _one_error_line(done)
+    assert line.startswith("error: gone: cannot reach " + url) and "refused" in line, line
+    samples = [s for f in (tmp_path / "results").glob("gone/*/results.json")
+               for s in json.loads(f.read_text())["samples"]]
+    assert not samples, samples  # nothing recorded: nothing to rank as a 0 % run
+
+
+SCALE_ADD = """import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def forward(self, x, y):
+        return 2 * x + y
+"""
+
+
+def test_eval_warns_of_skipped_files_and_keeps_to_the_selection(tmp_path):
+    """Misnamed files next to valid ones, and a candidate outside --problems: one warning
+    line each, and only the selected candidate is evaluated (the other is not built)."""
+    kernels = tmp_path / "kernels"
+    kernels.mkdir()
+    (kernels / "level1_problem1_sample0.py").write_text(SCALE_ADD)
+    (kernels / "level1_problem2_sample0.py").write_text("this would not even parse (\n")
+    for name in ("relu_candidate.py", "level1_problem15.py"):
+        (kernels / name).write_text(SCALE_ADD)
+    done = _run("eval", ["--candidates", str(kernels), "--source", str(PROBLEMS),
+                         "--backend", "cpp", "--problems", "1", "--live-baseline",
+                         "--trials", "2", "--warmup", "1", "--correct-trials", "2",
+                         "--results-dir", str(tmp_path / "results"), "--run", "w"],
+                tmp_path, None)
+    assert done.returncode == 0, done.stderr[-2000:]
+    warnings = [ln for ln in done.stderr.splitlines() if ln.startswith("warning:")]
+    assert len(warnings) == 2, done.stderr
+    assert "2 file(s) not named" in warnings[0] and "relu_candidate.py" in warnings[0] \
+        and "level1_problem15.py" in warnings[0], warnings[0]
+    assert warnings[1] == ("warning: skipped 1 candidate(s) outside --problems 1: "
+                           "level1_problem2_sample0.py"), warnings[1]
+    results = json.loads((tmp_path / "results" / "kernels" / "w" / "results.json").read_text())
+    assert [s["problem_id"] for s in results["samples"]] == [1]
+    assert results["problems_asked"] == [results["samples"][0]["key"]]
+
+
+@pytest.mark.parametrize("cli", ["run", "eval"])
+def test_hf_source_without_the_hub_is_one_line_at_once(tmp_path, cli):
+    """--source hf where the hub cannot be reached (HF_ENDPOINT at a port that refuses,
+    so no test reaches the internet) and nothing is cached: one line and exit 2, with no
+    retry messages from `datasets` before it."""
+    import socket
+
+    args = {"run": ["--source", "hf", "--level", "1", "--problems", "1"],
+            "eval": [*EVAL[:2], "--source", "hf", "--backend", "cpp"]}[cli]
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        done = _run(cli, args, tmp_path, None, HF_HOME=str(tmp_path / "hf"),
+                    HF_ENDPOINT=f"http://127.0.0.1:{sock.getsockname()[1]}")
+    assert done.returncode == 2, done.stderr[-2000:]
+    line = _one_error_line(done)
+    assert "cannot load dataset 'ScalingIntelligence/KernelBench'" in line \
+        and "cannot be reached and no copy is cached" in line, line

@@ -1,6 +1,8 @@
 """Finding candidate files for the CLI: `level<L>_problem<ID>_sample<S>.py` files (given
 one by one or as folders), or a manifest JSON: a list of {"key" | "level"+"problem_id",
-"sample", "path"} (paths relative to the manifest), or {"samples": [that list]}."""
+"sample", "path"} (paths relative to the manifest), or {"samples": [that list]}.
+What is skipped is said in one warning line each (`skipped_warnings`): files of a folder
+not named as candidates, and candidates outside the problems asked (--level, --problems)."""
 
 from __future__ import annotations
 
@@ -92,3 +94,44 @@ def match_problems(cands: list[CandidateFile], problems: list[Problem],
         shown = ", ".join(f"level {lv} problem {i}" for lv, i in missing[:5])
         raise UserError(f"{where} has no {shown}")
     return [(by_id[(c.level, c.problem_id)], c) for c in cands]
+
+
+def misnamed(args: list[str]) -> list[Path]:
+    """The .py files of the folders given that are not named as candidates: skipped."""
+    return [f for arg in args if (path := Path(arg).expanduser()).is_dir()
+            for f in sorted(path.glob("*.py")) if not NAME_RE.match(f.name)]
+
+
+def within(pairs: list[tuple[Problem, CandidateFile]], asked: list[Problem]
+           ) -> tuple[list[tuple[Problem, CandidateFile]], list[CandidateFile]]:
+    """(the pairs whose problem was asked, the candidates of the others)."""
+    keys = {p.key for p in asked}
+    return ([(p, c) for p, c in pairs if p.key in keys],
+            [c for p, c in pairs if p.key not in keys])
+
+
+def skipped_warnings(misnamed_files: list[Path], outside: list[CandidateFile],
+                     selection: str) -> list[str]:
+    """One warning line for each kind of file left out, naming the first few."""
+    def few(names: list[str]) -> str:
+        return ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
+
+    lines = []
+    if misnamed_files:
+        lines.append(f"warning: skipped {len(misnamed_files)} file(s) not named "
+                     f"level<L>_problem<ID>_sample<S>.py: "
+                     f"{few([str(f) for f in misnamed_files])}")
+    if outside:
+        lines.append(f"warning: skipped {len(outside)} candidate(s) outside {selection}: "
+                     f"{few([c.path.name for c in outside])}")
+    return lines
+
+
+def save_code(run_dir: Path, problem: Problem, sample: int, source: str) -> str:
+    """Copy a candidate's source into the run's code/ folder, named as kb_eval.run names
+    an answer's code, so that the run keeps what was judged (the report shows it, a rerun
+    can use it) even when the candidate files move; returns the path relative to the run."""
+    rel = Path("code") / f"{problem.slug}_sample{sample}_turn0.py"
+    (run_dir / rel).parent.mkdir(parents=True, exist_ok=True)
+    (run_dir / rel).write_text(source, encoding="utf-8")
+    return rel.as_posix()

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 import time
 from collections import Counter
 from pathlib import Path
-
-from tqdm import tqdm
 
 from kb_eval.cli import (TIMING_BUDGET_MS_DEFAULT, Parser, add_checking_flags, add_count_flag,
                          add_execution_flags, add_level_flag, add_precision_flag,
@@ -19,9 +18,11 @@ from kb_eval.errors import UserError
 from kb_eval.ray_cluster import add_executor_flags, executor_config
 from kb_eval.eval.api import RunWriter, evaluate
 from kb_eval.eval.schedule.context import create_checked
-from kb_eval.eval.candidates import find_candidates, match_problems
+from kb_eval.eval.candidates import (find_candidates, match_problems, misnamed,
+                                     save_code, skipped_warnings, within)
 from kb_eval.eval.config import EvalConfig
 from kb_eval.problems import load_problems
+from kb_eval.progress import progress_bar
 from kb_eval.report import samples_table, summary_table
 from kb_eval.results import Producer, slugify, stored_fields, stored_producer
 from kb_eval.timing import TimingSettings
@@ -136,6 +137,12 @@ def main(argv: list[str] | None = None) -> int:
     asked = ([p for p in load_problems(args.source, args.level, args.problems)]
              if args.level is not None or args.problems else
              list({p.key: p for p, _ in pairs}.values()))
+    pairs, outside = within(pairs, asked)  # a selection is never silently ignored
+    if outside and not pairs:
+        raise UserError(f"no candidate for {_selection(args)}: the {len(outside)} given are "
+                        f"for other problems")
+    for line in skipped_warnings(misnamed(args.candidates), outside, _selection(args)):
+        print(line, file=sys.stderr)
     config = make_config(args, defaults, torch.cuda.is_available())
     path = args.results_dir / name / run / "results.json"
     stored = stored_fields(path) if args.resume else {}
@@ -155,10 +162,13 @@ def main(argv: list[str] | None = None) -> int:
     done = writer.done()
     todo = [(p, c.sample, c.path.read_text()) for p, c in pairs
             if (p.key, c.sample, 0) not in done]
+    code_paths = {(p.key, sample): save_code(path.parent, p, sample, source)
+                  for p, sample, source in todo}
     print(f"{len(todo)} sample(s) to evaluate ({len(pairs) - len(todo)} already recorded) on "
           f"{ctx.hardware.name} [{ctx.backend}, {config.precision}] -> {writer.path}")
-    with tqdm(total=len(todo), unit="sample", dynamic_ncols=True, disable=args.quiet) as bar:
+    with progress_bar(len(todo), args.quiet) as bar:
         for record in evaluate(todo, context=ctx):
+            record.code_path = code_paths.get((record.key, record.sample))
             writer.add(record)
             bar.set_postfix_str(f"{record.key} s{record.sample}: {record.status}", refresh=False)
             bar.update()
@@ -168,6 +178,13 @@ def main(argv: list[str] | None = None) -> int:
     print(samples_table(writer.file))
     print(summary_table(writer.file))
     return 0
+
+
+def _selection(args) -> str:
+    """The selection flags as typed, for messages: `--level 1 --problems 1-3`."""
+    return " ".join(f for f in (f"--level {' '.join(map(str, args.level))}"
+                                if args.level is not None else "",
+                                f"--problems {args.problems}" if args.problems else "") if f)
 
 
 def _default_name(paths: list[str]) -> str:

@@ -78,6 +78,8 @@ class EvalConfig(BaseModel):
         "profiled call on each side, after timing). None: on the CPU only. On a GPU the "
         "profiler's CUPTI start cost 5-7 s per candidate process on the H100, more than "
         "the rest of a sample, so a GPU run counts only when asked")
+    sandbox: bool = Field(True, description="build and run candidates in the sandbox "
+                          "(kb_eval/isolation/sandbox.py); off only where namespaces are missing")
     keep_workdirs: bool = Field(False, description="keep each sample's scratch folder")
     executor: Literal["local", "ray"] = Field("local", description="who runs builds and "
                                               "device lanes: this machine, or a Ray cluster")

@@ -6,9 +6,12 @@
 Make one client per endpoint and share it: it holds the endpoint's concurrency limit
 (a BoundedSemaphore of `max_concurrency`, held only while a request is in flight, not
 while waiting to retry). The openai SDK runs with max_retries=0; retries are ours (tenacity):
-  * retried: timeouts, connection errors, 408, 409, 429 and 5xx, with exponential backoff
-    and full jitter; a Retry-After (or retry-after-ms) header, when present, is the wait
-    instead (capped at `retry_after_max_s`);
+  * retried: timeouts, dropped connections, 408, 409, 429 and 5xx, with exponential
+    backoff and full jitter; a Retry-After (or retry-after-ms) header, when present, is the
+    wait instead (capped at `retry_after_max_s`);
+  * not retried: a server that cannot be reached (connection refused, unknown host).
+    Before the endpoint ever answered this is the user's to fix (UserError: no server
+    running, wrong base_url); after, it is one request's InferenceError;
   * not retried: other 4xx. 401/402/403/404 are the user's to fix (key, balance, model id,
     base_url) and raise UserError; the rest (400: e.g. prompt too long) raise
     InferenceError, a per-request failure the run stage records and moves past.
@@ -55,9 +58,27 @@ class RetryPolicy(BaseModel):
     retry_after_max_s: float = Field(300.0, ge=0, description="cap on an honoured Retry-After")
 
 
+def is_unreachable(exc: BaseException) -> bool:
+    """No connection could be made (refused, unknown host, no route): waiting will not help.
+    The SDK's transport says so with its ConnectError (httpx's or a fork's, hence the
+    name); a connect *timeout* is a timeout, retried."""
+    if not isinstance(exc, openai.APIConnectionError) or isinstance(exc, openai.APITimeoutError):
+        return False
+    return any(type(e).__name__ == "ConnectError" for e in _causes(exc))
+
+
+def _causes(exc: BaseException | None):
+    """exc and what it was raised from, innermost last."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
 def is_retryable(exc: BaseException) -> bool:
     if isinstance(exc, openai.APIConnectionError):  # timeouts are a subclass
-        return True
+        return not is_unreachable(exc)
     if isinstance(exc, openai.APIStatusError):
         return exc.status_code in RETRY_STATUS or exc.status_code >= 500
     return False
@@ -108,6 +129,7 @@ class ChatClient:
         self.endpoint = endpoint
         self.retry = retry or RetryPolicy()
         self._slots = threading.BoundedSemaphore(endpoint.max_concurrency)
+        self._reached = False  # once it has answered at all, a refusal is one request's
         self._sdk = openai.OpenAI(base_url=endpoint.base_url, api_key=api_key,
                                   timeout=endpoint.timeout_s, max_retries=0)
 
@@ -125,12 +147,19 @@ class ChatClient:
                             retry=retry_if_exception(is_retryable),
                             before_sleep=self._log_retry, reraise=True)
         try:
-            return retrying(attempt)
+            completion = retrying(attempt)
         except openai.APIStatusError as e:
+            self._reached = True
             raise self._final_error(e, attempts) from e
         except openai.APIError as e:
+            if is_unreachable(e) and not self._reached:
+                root = list(_causes(e))[-1]
+                raise UserError(f"{self.endpoint.name}: cannot reach {self.endpoint.base_url} "
+                                f"({root}): is the server running?") from e
             raise InferenceError(f"{self.endpoint.name}: {_describe(e)} "
                                  f"(after {attempts} attempt(s))", attempts=attempts) from e
+        self._reached = True
+        return completion
 
     def _request(self, messages: list[dict[str, str]], attempt: int) -> Completion:
         ep = self.endpoint

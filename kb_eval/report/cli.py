@@ -69,7 +69,9 @@ def check_args(args, entries: list[RunEntry]) -> None:
 def _notes(left_out: list[RunEntry], shown: list[RunEntry]) -> list[str]:
     notes = []
     for e in left_out:
-        if not e.complete:
+        if e.unanswered:
+            why = "failed: every sample an inference_error, nothing measured"
+        elif not e.complete:
             why = f"incomplete, {e.missing} asked sample(s) without a record"
         else:
             newer = next((s for s in shown if s.model == e.model and s.key == e.key), None)

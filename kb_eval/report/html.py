@@ -13,8 +13,10 @@ from __future__ import annotations
 import html
 import json
 import math
+import re
 
 from kb_eval.report import plots
+from kb_eval.report.roofline import roofline_html
 from kb_eval.report.runs import GroupKey
 from kb_eval.report.samples import CodeFinder, cell_summary, sample_view
 from kb_eval.report.tables import RunStats, level_rows, model_rows, rank_order, times
@@ -23,9 +25,10 @@ from kb_eval.results import level_of
 CSS = """
 body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;max-width:1400px}
 h1{font-size:22px}h2{font-size:18px;margin-top:36px;border-bottom:1px solid #ccc}
-table{border-collapse:collapse;margin:8px 0 16px;font-size:13px}
-th,td{border:1px solid #ddd;padding:3px 7px;text-align:right;white-space:nowrap}
-th{background:#f3f3f3}td.l,th.l{text-align:left}
+table{border-collapse:collapse;margin:8px 0 16px;font-size:12px}
+th,td{border:1px solid #ddd;padding:3px 4px;text-align:right;white-space:nowrap}
+th{background:#f3f3f3;white-space:normal;vertical-align:bottom}
+td.l,th.l{text-align:left}td.w{white-space:normal}
 .heat td.cell{cursor:pointer;min-width:64px;text-align:center}
 .heat td.cell:hover{outline:2px solid #333}
 .wide{overflow-x:auto}img{max-width:100%;display:block;margin:8px 0}
@@ -61,9 +64,10 @@ cell.samples.forEach(function(s){
  d.appendChild(el('h4','sample '+s.sample+', turn '+s.turn+': '+s.status));
  var t=el('table');[['status',s.status],['correct',s.correct],['error',s.error],
  ['flags',s.flags.length?s.flags.join('; '):'-'],['speedup',s.speedup===null?'-':
- s.speedup.toFixed(3)+'x'],['speedup_ci',s.speedup_ci?JSON.stringify(s.speedup_ci):'-'],
+ s.speedup.toFixed(3)+'x'],['speedup_ci',s.speedup_ci?'['+s.speedup_ci.map(function(v){return v.toFixed(2);})
+ .join('-')+']':'-'],
  ['counted speedup',s.counted_speedup===null?'-':s.counted_speedup.toFixed(3)+'x'],
- ['candidate ms',fmt(s.candidate_ms)],['baseline ms',fmt(s.baseline_ms)],
+ ['candidate ms',fmt(s.candidate_ms)],['speed of light',fmt(s.sol)],['baseline ms',fmt(s.baseline_ms)],
  ['launches',s.launches||'-'],
  ['source_sha256',s.source_sha256||'-']].forEach(function(kv){var tr=el('tr');
  var th=el('th',kv[0]);th.className='l';var td=el('td',fmt(kv[1]));td.className='l';
@@ -83,13 +87,20 @@ def html_table(rows: list[dict]) -> str:
     if not rows:
         return "<p class=note>(none)</p>"
     left = {"model", "run", "complete"}
-    head = "".join(f"<th class={'l' if c in left else 'r'}>{html.escape(str(c))}</th>"
+    head = "".join(f"<th class={'l' if c in left else 'r'}>{_breakable(str(c))}</th>"
                    for c in rows[0])
-    body = "".join("<tr>" + "".join(f"<td class={'l' if c in left else 'r'}>"
+    # Headers and the text columns wrap, so that the models table fits a 1400 px page.
+    body = "".join("<tr>" + "".join(f"<td class=\"{'l w' if c in left else 'r'}\">"
                                     f"{html.escape(str(v))}</td>" for c, v in r.items())
                    + "</tr>" for r in rows)
-    # Wide tables scroll sideways instead of running off the page.
+    # Tables wider still scroll sideways instead of running off the page.
     return f"<div class=wide><table><tr>{head}</tr>{body}</table></div>"
+
+
+def _breakable(name: str) -> str:
+    """A column name that may wrap after '/', '_' and '@' (samples/problem, fast_1.5,
+    pass@10): headers no wider than their numbers."""
+    return re.sub(r"([/_@])", r"\1<wbr>", html.escape(name))
 
 
 def _colour(speedup: float | None, status: str) -> str:
@@ -103,12 +114,17 @@ def _colour(speedup: float | None, status: str) -> str:
     return {"correct": "hsl(60,60%,80%)", "missing": "#eee"}.get(status, "hsl(0,65%,82%)")
 
 
+def problem_order(key: str) -> tuple:
+    """<source>/level<N>/<id> by source, level, then id as a number (6 before 10)."""
+    head, _, last = key.rpartition("/")
+    return (head.rsplit("/", 1)[0], level_of(key), int(last) if last.isdigit() else 0, last)
+
+
 def heat_map(gi: int, stats: list[RunStats], cells: dict, all_runs: bool) -> str:
     """Rows: the group's problems; columns: its runs, best first as in the tables. Fills
     `cells` with what each cell opens."""
     stats = rank_order(stats)
-    keys = sorted({k for st in stats for k in st.entry.run.problems_asked},
-                  key=lambda k: (level_of(k), k))
+    keys = sorted({k for st in stats for k in st.entry.run.problems_asked}, key=problem_order)
     head = "".join(f"<th>{html.escape(plots.run_label(st, all_runs))}</th>" for st in stats)
     out = [f"<table class=heat><tr><th class=l>problem</th>{head}</tr>"]
     finders = [CodeFinder(st.entry.run_dir) for st in stats]
@@ -138,6 +154,7 @@ def group_section(gi: int, key: GroupKey, stats: list[RunStats], cells: dict,
         "<h3>by level</h3>", html_table(level_rows(stats)),
         f"<img class=plot alt=\"fast_p curve\" src=\"data:image/png;base64,{curve}\">",
         f"<img class=plot alt=\"speedup distribution\" src=\"data:image/png;base64,{dist}\">",
+        roofline_html(stats, all_runs),
         "<h3>problems x models (click a cell for its samples)</h3>",
         heat_map(gi, stats, cells, all_runs), "</section>"])
 

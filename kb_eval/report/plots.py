@@ -22,6 +22,19 @@ def _png(fig) -> str:
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
+def times_ticks(axis) -> None:
+    """Label a log axis's ticks as speedups (`0.98×`, `1×`, `2×`), on the ticks matplotlib
+    would label anyway, rather than in scientific notation (`9.8×10⁻¹`)."""
+    from matplotlib.ticker import LogFormatterSciNotation
+
+    class Times(LogFormatterSciNotation):
+        def __call__(self, x, pos=None):
+            return f"{x:.4g}×" if super().__call__(x, pos) else ""
+
+    axis.set_major_formatter(Times())
+    axis.set_minor_formatter(Times(labelOnlyBase=False, minor_thresholds=(2, 0.4)))
+
+
 def run_label(st: RunStats, all_runs: bool) -> str:
     return f"{st.entry.model} ({st.entry.run.run})" if all_runs else st.entry.model
 
@@ -67,7 +80,8 @@ def speedup_distribution(stats: list[RunStats], all_runs: bool = False) -> str:
         labels.append(run_label(st, all_runs))
     fig, ax = plt.subplots(figsize=(7, 0.6 * len(stats) + 1.6))
     if not any(data):
-        ax.text(0.5, 0.5, "no correct samples", ha="center", va="center")
+        ax.text(0.5, 0.5, "no counted speedups (correct, unflagged samples)", ha="center",
+                va="center")
         ax.set_axis_off()
         return _png(fig)
     ax.boxplot([d or [math.nan] for d in data], orientation="horizontal", widths=0.5)
@@ -75,6 +89,7 @@ def speedup_distribution(stats: list[RunStats], all_runs: bool = False) -> str:
         ax.scatter(d, [i + 0.15 * math.sin(7 * j) for j in range(len(d))], s=12, alpha=0.6)
     ax.set_yticks(range(1, len(labels) + 1), labels)
     ax.set_xscale("log")
+    times_ticks(ax.xaxis)
     ax.axvline(1.0, color="grey", linestyle=":", linewidth=1)
     ax.set(xlabel="speedup over the baseline (log scale)", title="speedup distribution")
     ax.grid(alpha=0.3, axis="x")

@@ -5,7 +5,9 @@ precision, for the same backend, against the same kind of baseline (a baseline f
 timed earlier vs the reference timed live in the run) and over the same problems: such
 runs form a group, and a report ranks runs within a group, never across groups.
 By default each model counts with its latest *complete* run of a group (an interrupted
-run would rank on the problems it happened to finish); `--all-runs` shows them all.
+run would rank on the problems it happened to finish); `--all-runs` shows them all. A run
+whose every record is an `inference_error` (the model never answered) is never complete:
+it measured nothing, and is shown as failed, not scored.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ class RunEntry:
     key: GroupKey
     complete: bool
     missing: int  # asked (problem, sample) slots without a record
+    unanswered: bool = False  # every record an inference_error: nothing was measured
 
     @property
     def model(self) -> str:
@@ -84,6 +87,11 @@ def missing_slots(run: RunFile) -> int:
     return sum((key, s) not in have for key in asked for s in range(run.samples_per_problem))
 
 
+def never_answered(run: RunFile) -> bool:
+    """Records exist and every one is an inference_error (the model could not be asked)."""
+    return bool(run.samples) and all(r.status == "inference_error" for r in run.samples)
+
+
 def find_runs(results_dir: Path) -> list[RunEntry]:
     """Every results/<model>/<run>/results.json; a broken file is named on stderr and
     skipped so that it cannot hide the others."""
@@ -96,8 +104,9 @@ def find_runs(results_dir: Path) -> list[RunEntry]:
         except Exception as e:  # noqa: BLE001 - one broken file must not hide the others
             print(f"skipping {path}: {e}", file=sys.stderr)
             continue
-        missing = missing_slots(run)
-        entries.append(RunEntry(path, run, group_key(run), missing == 0, missing))
+        missing, failed = missing_slots(run), never_answered(run)
+        entries.append(RunEntry(path, run, group_key(run), missing == 0 and not failed,
+                                missing, failed))
     return entries
 
 

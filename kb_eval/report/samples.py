@@ -9,6 +9,7 @@ import hashlib
 from pathlib import Path
 
 from kb_eval.eval.judge.score import counted_speedup, is_correct
+from kb_eval.report.roofline import sol_text
 from kb_eval.results import SampleRecord
 
 MAX_CODE_CHARS = 200_000  # one huge answer must not make the page unusable
@@ -63,6 +64,7 @@ def sample_view(r: SampleRecord, finder: CodeFinder) -> dict:
         "candidate_ms": r.timing.median if r.timing else None,
         "baseline_ms": r.baseline.median if r.baseline else None,
         "launches": launches_text(r), "source_sha256": r.source_sha256,
+        "sol": sol_text(r),
         "code": finder.code(r),
     }
 

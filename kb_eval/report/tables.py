@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from kb_eval.eval.judge.score import FAST_P, PASS_K, fast_p_name, summarize_levels
+from kb_eval.report.roofline import sol_cells
 from kb_eval.report.runs import RunEntry
 from kb_eval.report.text import usage_totals
 from kb_eval.results import RunSummary, level_of
@@ -75,6 +76,7 @@ def score_cells(s: RunSummary, asked: int) -> dict:
     cells.update({name: pct(s.fast_p.get(name)) for name in FAST_COLS})
     # fast_1 counting only speedups whose 95 % interval lies above 1 (judge/confidence.py)
     cells["fast_1_sig"] = pct(s.fast_p_sig.get("fast_1")) if s.fast_p_sig else MISSING
+    cells.update(sol_cells(s))  # share of problems at >= p of the speed of light
     cells["geomean"] = times(s.geomean_speedup)
     cells.update({name: pct(s.pass_at_k.get(name)) for name in PASS_COLS})
     return cells
@@ -87,18 +89,26 @@ def _tokens(usage: dict) -> int | str:
 
 
 def rank_order(stats: list[RunStats]) -> list[RunStats]:
-    """Best first: fast_1, then correct, then geomean speedup."""
-    return sorted(stats, key=lambda st: (-st.summary.fast_p.get("fast_1", 0.0),
+    """Best first: fast_1, then correct, then geomean speedup; failed runs (never
+    answered) last, unranked."""
+    return sorted(stats, key=lambda st: (st.entry.unanswered,
+                                         -st.summary.fast_p.get("fast_1", 0.0),
                                          -st.summary.correct_rate,
                                          -(st.summary.geomean_speedup or 0.0),
                                          st.entry.model))
 
 
+def completeness(entry: RunEntry) -> str:
+    if entry.unanswered:
+        return "failed: no answers (inference_error), not scored; --resume retries"
+    return "yes" if entry.complete else f"no ({entry.missing} missing)"
+
+
 def model_rows(stats: list[RunStats]) -> list[dict]:
     rows = []
     for i, st in enumerate(rank_order(stats), start=1):
-        row = {"#": i, "model": st.entry.model, "run": st.entry.run.run,
-               "complete": "yes" if st.entry.complete else f"no ({st.entry.missing} missing)",
+        row = {"#": MISSING if st.entry.unanswered else i, "model": st.entry.model,
+               "run": st.entry.run.run, "complete": completeness(st.entry),
                "samples/problem": st.entry.run.samples_per_problem}
         row.update(score_cells(st.summary, len(set(st.entry.run.problems_asked))))
         row.update({"tokens": _tokens(st.usage), "cost": money(st.usage.get("cost_usd")),

@@ -4,6 +4,7 @@ its samples) and of the configured models (`--list-models`)."""
 from __future__ import annotations
 
 import os
+from collections import Counter
 from typing import Iterable
 
 from kb_eval.results import RunFile, SampleRecord
@@ -68,11 +69,16 @@ def summary_table(run: RunFile) -> str:
             ("compiled rate", _pct(s.compiled_rate)), ("correct rate", _pct(s.correct_rate))]
     rows += [(name, _pct(v)) for name, v in s.fast_p.items() if name in ("fast_1", "fast_2")]
     rows += [(name, _pct(v)) for name, v in s.fast_p.items() if name not in ("fast_1", "fast_2")]
+    rows += [(name, _pct(v)) for name, v in s.sol_p.items()]  # >= p of speed of light
     # the same, counting only speedups whose 95 % interval lies above p
     rows += [(f"{name}_sig", _pct(v)) for name, v in s.fast_p_sig.items()
              if name in ("fast_1", "fast_2")]
-    geo = f"{s.geomean_speedup:.3f}x" if s.geomean_speedup else "-"
+    geo = f"{s.geomean_speedup:.3f}x" if s.geomean_speedup else "- (no speedup counted)"
     rows.append(("geomean speedup (correct)", geo))
+    uncounted = Counter(code for r in _last_turns(run.samples) for code in uncounted_codes(r))
+    if uncounted:  # correct, but left out of fast_p and the geomean: say so
+        rows.append(("speedups not counted", ", ".join(
+            f"{code} {n}" for code, n in sorted(uncounted.items())) + " (fast_p, geomean)"))
     rows += [(name, _pct(v)) for name, v in s.pass_at_k.items()]
     for name, lv in s.levels.items():  # the same figures per level, in one line each
         lgeo = f"{lv.geomean_speedup:.3f}x" if lv.geomean_speedup else "-"
@@ -89,6 +95,14 @@ def summary_table(run: RunFile) -> str:
     return text_table([{"metric": m, "value": str(v)} for m, v in rows])
 
 
+def _last_turns(records: Iterable[SampleRecord]) -> list[SampleRecord]:
+    last: dict[tuple[str, int], SampleRecord] = {}
+    for r in records:
+        if (r.key, r.sample) not in last or r.turn >= last[(r.key, r.sample)].turn:
+            last[(r.key, r.sample)] = r
+    return list(last.values())
+
+
 def _speedup(r) -> str:
     """1.23x [1.10-1.35]: the speedup and its 95 % interval, when there is one."""
     if not r.speedup:
@@ -97,13 +111,36 @@ def _speedup(r) -> str:
     return f"{r.speedup:.2f}x" + (f" [{ci[0]:.2f}-{ci[1]:.2f}]" if ci else "")
 
 
+def cut(text: str, width: int) -> str:
+    """text in at most `width` characters, a cut one ending in an ellipsis."""
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+def uncounted_codes(r) -> list[str]:
+    """The flags that void a correct sample's speedup (it is not counted), if any."""
+    from kb_eval.eval.judge.score import VOIDS_SPEEDUP, is_correct
+
+    if not is_correct(r) or not r.speedup:
+        return []
+    return [f.code for f in r.flags if f.code in VOIDS_SPEEDUP]
+
+
+def uncounted_reason(r) -> str | None:
+    codes = uncounted_codes(r)
+    return f"speedup not counted: {', '.join(codes)}" if codes else None
+
+
 def samples_table(run: RunFile, max_rows: int = 40) -> str:
+    from kb_eval.report.roofline import sol_text  # its scoring imports stay off this path
+
     """One row per recorded sample turn, by level, problem, sample, turn, with the first
-    line of its error (the rest is in results.json); past max_rows, a count."""
+    line of its error, or why its speedup is not counted (the rest is in results.json);
+    past max_rows, a count."""
     ordered = sorted(run.samples, key=lambda r: (r.level, r.problem_id, r.sample, r.turn))
     rows = [{"problem": r.key, "sample": r.sample, "turn": r.turn, "status": r.status,
-             "speedup": _speedup(r),
-             "error": (r.error or "").strip().partition("\n")[0][:70]}
+             "speedup [95% CI]": _speedup(r), "sol": sol_text(r),
+             "error / not counted": cut(uncounted_reason(r) or
+                                        (r.error or "").strip().partition("\n")[0], 70)}
             for r in ordered[:max_rows]]
     more = len(ordered) - max_rows
     return text_table(rows) + (f"\n... {more} more sample(s) in results.json"

@@ -40,11 +40,9 @@ class Runner:
     def run(self, problems: list) -> None:
         """Ask and evaluate every chain still to do; returns when each has ended (or
         raises what stopped the run, after the threads were told to stop)."""
-        from tqdm import tqdm
+        from kb_eval.progress import progress_bar
 
         chains, todo = first_turns(problems, self.args, self.ctx, self.recorded)
-        for r in self.writer.file.samples:
-            self._count(r)
         print(f"{self.model.name}: {len(problems)} problem(s) x {self.args.samples} sample(s) "
               f"x {self.args.turns} turn(s) on {self.ctx.hardware.name} [{self.ctx.backend}, "
               f"{self.ctx.config.precision}]: {todo} to do, {len(self.recorded)} already "
@@ -53,8 +51,7 @@ class Runner:
             return
         evaluator, askers = self._start_threads()
         self.open_chains = len(chains)
-        self.bar = tqdm(total=todo, unit="sample", dynamic_ncols=True,
-                        disable=bool(getattr(self.args, "quiet", False)))
+        self.bar = progress_bar(todo, bool(getattr(self.args, "quiet", False)))
         finished = False
         try:
             for chain in chains:
@@ -179,7 +176,8 @@ class Runner:
 
     # ---------------------------------------------------------------- progress
     def _count(self, record) -> None:
-        """Tally a record for the progress bar's postfix."""
+        """Tally a record of this session for the progress bar's postfix (records of a
+        resumed run's earlier sessions are not in the bar's total, nor in its counts)."""
         from kb_eval.eval.judge.score import is_correct, is_fast
 
         self.counts["compiled"] += bool(record.compiled)

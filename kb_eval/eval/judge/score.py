@@ -7,7 +7,11 @@ A problem's rate is the share of its `samples_per_problem` asked samples that pa
 missing or failed sample counts as not compiled, not correct, not fast. With one sample
 per problem this is KernelBench's definition: fast_p = share of problems that are correct
 AND have speedup > p. fast_p_sig counts a sample only when its speedup's 95 % interval
-lies above p (kb_eval/eval/judge/confidence.py).
+lies above p (kb_eval/eval/judge/confidence.py). sol_p: the share of problems with a
+counted sample at >= p of the speed of light, at most 1 (kb_eval/eval/judge/sol.py).
+The compiled rate is the exception: it describes the answers that exist, so it is the
+share of the recorded samples (last turns) that compiled, whatever was asked (a sample
+never recorded did not fail to compile).
 
 pass@k is the unbiased estimator of Chen et al. (2021): with n samples of which c are
 correct, 1 - C(n-c, k) / C(n, k), computed as a product so it never overflows.
@@ -22,6 +26,7 @@ from typing import Iterable
 from kb_eval.results import HARNESS_STATUSES, RunSummary, SampleRecord, level_of
 
 FAST_P = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
+SOL_P = (0.1, 0.25, 0.5, 0.75, 0.9)  # shares of the speed of light (judge/sol.py)
 PASS_K = (1, 5, 10)
 
 
@@ -57,7 +62,27 @@ def is_correct(r: SampleRecord) -> bool:
 
 
 # Warnings that leave a sample correct but its speedup uncounted (docs/GUARANTEES.md).
-VOIDS_SPEEDUP = frozenset({"no_custom_kernel", "constant_reference"})
+VOIDS_SPEEDUP = frozenset({"no_custom_kernel", "constant_reference", "above_speed_of_light"})
+
+
+def sol_p_name(p: float) -> str:
+    """0.5 -> sol_0.5."""
+    return f"sol_{p:g}"
+
+
+def counted_sol(r: SampleRecord) -> float | None:
+    """The speed-of-light share the score counts: a correct sample's whose speedup no
+    flag voids, at most 1 (above the speed of light is never a win)."""
+    share = r.sol.share if r.sol is not None else None
+    if (share is None or share > 1.0 or not is_correct(r)
+            or any(f.code in VOIDS_SPEEDUP for f in r.flags)):
+        return None
+    return share
+
+
+def is_sol(r: SampleRecord, p: float) -> bool:
+    s = counted_sol(r)
+    return s is not None and s >= p
 
 
 def counted_speedup(r: SampleRecord) -> float | None:
@@ -95,7 +120,7 @@ def _by_problem(records: Iterable[SampleRecord],
 
 def summarize(records: Iterable[SampleRecord], problems_asked: Iterable[str],
               samples_per_problem: int = 1, fast_ps: Iterable[float] = FAST_P,
-              ks: Iterable[int] = PASS_K) -> RunSummary:
+              ks: Iterable[int] = PASS_K, sol_ps: Iterable[float] = SOL_P) -> RunSummary:
     records = list(records)
     grouped = _by_problem(records, list(dict.fromkeys(problems_asked)))
     harness = [r for rs in grouped.values() for r in rs if r.status in HARNESS_STATUSES]
@@ -113,7 +138,8 @@ def summarize(records: Iterable[SampleRecord], problems_asked: Iterable[str],
             return 0.0
         return sum(sum(map(pred, rs)) / n_of[k] for k, rs in grouped.items()) / n_problems
 
-    correct = [r for rs in grouped.values() for r in rs if is_correct(r)]
+    recorded = [r for rs in grouped.values() for r in rs]
+    correct = [r for r in recorded if is_correct(r)]
     pass_k = {}
     for k in ks:
         if n_problems and all(k <= n for n in n_of.values()):
@@ -124,10 +150,14 @@ def summarize(records: Iterable[SampleRecord], problems_asked: Iterable[str],
         problems=n_problems,
         samples_per_problem=samples_per_problem,
         samples=sum(len(rs) for rs in grouped.values()),
-        compiled_rate=rate(lambda r: bool(r.compiled)),
+        compiled_rate=(sum(bool(r.compiled) for r in recorded) / len(recorded)
+                       if recorded else 0.0),
         correct_rate=rate(is_correct),
         fast_p={fast_p_name(p): rate(lambda r, p=p: is_fast(r, p)) for p in fast_ps},
         fast_p_sig={fast_p_name(p): rate(lambda r, p=p: is_fast_sig(r, p)) for p in fast_ps},
+        # none without shares (a run from before them, or with no peaks): "-", not 0 %
+        sol_p={sol_p_name(p): rate(lambda r, p=p: is_sol(r, p)) for p in sol_ps}
+        if any(r.sol is not None for rs in grouped.values() for r in rs) else {},
         geomean_speedup=geometric_mean(counted_speedup(r) for r in correct),
         pass_at_k=pass_k,
         status_counts=dict(Counter(r.status for rs in grouped.values() for r in rs)

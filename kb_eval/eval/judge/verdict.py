@@ -16,6 +16,7 @@ from kb_eval.eval.judge.references import ReferenceRun
 from kb_eval.eval.judge.rules import (child_flags, completeness, constant_reference,
                                       physical_floor, shape_probe, timing_plausible)
 from kb_eval.eval.judge.score import VOIDS_SPEEDUP
+from kb_eval.eval.judge.sol import judge_sol
 from kb_eval.eval.judge.static import static_flags
 from kb_eval.eval.schedule.context import EvalContext
 from kb_eval.eval.wire.labels import PROBE_LABEL, TIMED_LABEL
@@ -130,6 +131,8 @@ def judge_sample(ctx: EvalContext, problem: Problem, source: str, n_correct: int
         if interval is not None:
             record.speedup_ci, record.speedup_ci_method = interval
         _use_pairing(record, paired, cfg.live_baseline)
+    judge_sol(record, ref.state.metrics, cfg.precision,
+              flushed=ctx.device_kind == "cuda" and cfg.timing.flush_l2)
     record.flags.extend(cut_flags((paired or {}).get("timing"), record.speedup))
     record.flags = dedupe(record.flags)
     record.speedup_counted = record.speedup is not None and not any(
@@ -225,6 +228,12 @@ def _correctness(cfg, labels: list[str], ref: ReferenceRun):
                            plan.truth_reason if plan is not None else None)
     info.tolerance_source = tol.get("source")
     return info
+
+
+def outputs_pass(cfg, labels: list[str], ref: ReferenceRun) -> bool:
+    """Whether every one of `labels` passed its comparison (the verdict's own rule)."""
+    info = _correctness(cfg, labels, ref)
+    return info.passed == info.trials > 0
 
 
 def _probe_flags(result: dict, diffs: dict[str, dict]) -> list[Flag]:

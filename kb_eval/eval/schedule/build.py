@@ -40,10 +40,11 @@ from pathlib import Path
 
 from kb_eval.eval.child import baton
 from kb_eval.eval.judge.crashes import crash_info, status_of
-from kb_eval.eval.schedule import nvcc_front, pch
+from kb_eval.faults import armed_folder
+from kb_eval.eval.schedule import nvcc_front, pch, pch_warm
 # call_on_meta is named here so that its children are the build's spares (same module).
 from kb_eval.eval.schedule.first_call import call_on_meta, compiles_lazily  # noqa: F401
-from kb_eval.isolation import BUILD_POLL_S, ChildOutcome, run_isolated
+from kb_eval.isolation import BUILD_POLL_S, ChildOutcome, refusals, run_isolated
 from kb_eval.results import BuildInfo, CrashInfo, write_json_atomic
 
 MARKER = "kb_build.json"
@@ -162,6 +163,16 @@ def trim_compiler_output(text: str, max_lines: int = 60, context: int = 2) -> st
     return "\n".join(lines[j][:400] for j in sorted(keep)[:max_lines])
 
 
+def compile_error_line(text: str) -> str:
+    """The line a compile error is known by: the compiler's first diagnostic, its path
+    cut to the file name (`main.cpp:17:11: error: expected ';' before '}' token`), else
+    the exception's first line (torch's `Error building extension ...: [1/2] <command>`)."""
+    for line in text.splitlines():
+        if _DIAGNOSTIC.search(line) and not line.lstrip().startswith(("[", "FAILED")):
+            return re.sub(r"^\s*\S*/(?=[^/\s]+:\d+)", "", line).strip()[:300]
+    return text.splitlines()[0][:300]
+
+
 def toolchain_fault(text: str, our_dirs: list[str]) -> str | None:
     """Why a failed build is our fault, with the line that shows it (None: nothing says
     so). `our_dirs` are folders only we write (the PCH folder, the builds folder): a
@@ -198,7 +209,7 @@ def build_candidate(payload: dict, workdir: Path) -> dict:
     from kb_eval.eval.child.worker import use_build_dirs
     from kb_eval.problems import load_module
 
-    use_build_dirs(payload)
+    use_build_dirs(payload.get("extensions_dir"))
     t0 = time.monotonic()
     try:
         module = load_module(payload["source"], "kb_candidate")
@@ -210,7 +221,7 @@ def build_candidate(payload: dict, workdir: Path) -> dict:
         if _is_build_error(e):
             ours = [os.environ.get("KB_PCH_DIR", ""),
                     str(Path(payload["extensions_dir"]).parent)]
-            return {"status": "compile_error", "error": text.splitlines()[0][:300],
+            return {"status": "compile_error", "error": compile_error_line(text),
                     "detail": trim_compiler_output(text), "seconds": time.monotonic() - t0,
                     "toolchain_fault": toolchain_fault(text, ours),
                     "diagnosed": is_diagnosed(text)}
@@ -280,7 +291,8 @@ class Builder:
     """Builds sources in isolated children (thread-safe; one build per key at a time)."""
 
     def __init__(self, root: Path, fingerprint: str, env: dict,
-                 timeout_s: float, mem_limit_mb: int | None, spares: bool = True):
+                 timeout_s: float, mem_limit_mb: int | None, spares: bool = True,
+                 warm_pch: bool = True):
         self.root = Path(root)
         self.fingerprint, self.env = fingerprint, env
         self.timeout_s, self.mem_limit_mb = timeout_s, mem_limit_mb
@@ -289,6 +301,9 @@ class Builder:
         self.spares = spares
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
+        # the precompiled header, made by a build of ours (pch_warm.py): by the first
+        # build worker, before its first build; the others do not wait for it
+        self._warm = threading.Lock() if warm_pch and self.pch_dir else None
 
     def _lock(self, key: str) -> threading.Lock:
         with self._guard:
@@ -304,6 +319,8 @@ class Builder:
         precision): also run a lazy compile ahead (first_call.py) after a fresh build."""
         key = cache_key(source, self.fingerprint)
         ext_dir = self.root / key
+        if self._warm is not None and self._warm.acquire(blocking=False):
+            pch_warm.warm(self)  # once: the lock is never released
         with self._lock(key):
             cached = self._cached(key, ext_dir)
             if cached is not None:
@@ -330,7 +347,7 @@ class Builder:
         out = run_isolated("kb_eval.eval.schedule.build:call_on_meta", payload,
                            workdir=workdir / "first_call", timeout_s=self.timeout_s,
                            mem_limit_mb=self.mem_limit_mb, env=self.env, prewarm=self.spares,
-                           poll_s=BUILD_POLL_S)
+                           poll_s=BUILD_POLL_S, allow=self.allow(ext_dir))
         return round(out.wall_s, 3)
 
     def _build_twice_at_most(self, source: str, key: str, ext_dir: Path,
@@ -363,9 +380,18 @@ class Builder:
                            workdir=workdir, timeout_s=self.timeout_s,
                            mem_limit_mb=self.mem_limit_mb, env=env,
                            prewarm=self.spares and not bypass_pch,  # the usual env only
-                           poll_s=BUILD_POLL_S)
+                           poll_s=BUILD_POLL_S, allow=self.allow(ext_dir))
         out.extra["started"] = started
+        out.extra["refused"] = refusals.read(workdir)
         return out
+
+    def allow(self, ext_dir: Path, *more_writes: str) -> dict[str, list[str]]:
+        """What a build's sandboxed child may use besides its folder: the source's build
+        folder (read and write), the compiler fronts (read): never another source's
+        build, nor the precompiled headers, which every later build would use."""
+        fronts = [self.pch_dir, str(self.root.parent / "nvcc")]
+        return {"write": [str(ext_dir), *more_writes, *armed_folder()],
+                "read": [f for f in fronts if f]}
 
     def _fault_of_ours(self, out: ChildOutcome) -> str | None:
         """Why this build's failure is ours (None: it is the candidate's, or no failure)."""
@@ -388,7 +414,11 @@ class Builder:
             return None                                  # of ours: build again
         info = BuildInfo(cache_key=key, cache_hit=True, status=data["status"], seconds=0.0,
                          cuda_header=data.get("cuda_header"))
-        return BuildOutcome(info, str(ext_dir), error=data.get("error"), detail=data.get("detail"))
+        error = data.get("error")
+        if data["status"] == "compile_error" and data.get("detail") and \
+                not re.match(r"\S+:\d+:\d+: ", error or ""):  # an older entry kept torch's
+            error = compile_error_line(data["detail"])         # first line, not the compiler's
+        return BuildOutcome(info, str(ext_dir), error=error, detail=data.get("detail"))
 
     def _blames_candidate(self, r: dict) -> bool:
         """A compile error the compiler gave for the candidate's source, nothing of ours:
@@ -399,6 +429,11 @@ class Builder:
         return fault is None and r.get("diagnosed", True)
 
     def _record(self, key: str, ext_dir: Path, out: ChildOutcome) -> BuildOutcome:
+        outcome = self._recorded(key, ext_dir, out)
+        outcome.info.refused = out.extra.get("refused", [])
+        return outcome
+
+    def _recorded(self, key: str, ext_dir: Path, out: ChildOutcome) -> BuildOutcome:
         if out.ok:
             r = out.result or {}
             info = BuildInfo(cache_key=key, status=r.get("status", "ok"),
@@ -420,6 +455,17 @@ class Builder:
         return BuildOutcome(info, str(ext_dir), error=f"build failed, not the candidate's "
                             f"fault: {fault}", detail=r.get("detail") or out.output_tail[-4000:],
                             harness_error=fault)
+
+
+def build_probe(builder: Builder, source: str, ext_dir: Path) -> None:
+    """Build one of our own sources (pch_warm.py) with the precompiled headers' folder
+    writable: no candidate code runs in this child."""
+    ext_dir.mkdir(parents=True, exist_ok=True)
+    run_isolated("kb_eval.eval.schedule.build:build_candidate",
+                 {"source": source, "extensions_dir": str(ext_dir)}, workdir=ext_dir / "work",
+                 timeout_s=builder.timeout_s, mem_limit_mb=builder.mem_limit_mb,
+                 env=builder.env, poll_s=BUILD_POLL_S,
+                 allow=builder.allow(ext_dir, builder.pch_dir))
 
 
 # ------------------------------------------------------------------ crash kinds

@@ -17,13 +17,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kb_eval import devlock
 from kb_eval.errors import UserError
+from kb_eval.faults import armed_folder
 from kb_eval.eval.schedule import nvcc_front, pch
 from kb_eval.eval.schedule.build import front_name, is_gcc, toolchain_fingerprint
 from kb_eval.eval.config import EvalConfig
 from kb_eval.inputs import derive_seed
 from kb_eval.eval.schedule import pinning
-from kb_eval.isolation import NICE_VAR
+from kb_eval.isolation import NICE_VAR, sandbox
 from kb_eval.problems import Problem
 from kb_eval.results import BaselineFile, HardwareInfo, baseline_path, read_model
 from kb_eval.timing import TIMED_PROCESS_ENV, TimingStats, method_for
@@ -92,12 +94,43 @@ class EvalContext:
 
     def build_env(self) -> dict[str, str]:
         return {**self._common_env(), "CUDA_VISIBLE_DEVICES": "", NICE_VAR: "19",
-                **pinning.untimed_env(self.devices)}
+                **pinning.untimed_env(self.devices), **self.sandbox_env()}
 
-    def device_env(self, device: str) -> dict[str, str]:
+    def device_env(self, device: str, sandboxed: bool = True) -> dict[str, str]:
+        """A child's on `device`: a candidate's, sandboxed; the reference server's (trusted,
+        never running candidate code), not."""
         visible = "" if is_cpu(device) else device
         return {**TIMED_PROCESS_ENV, **self._common_env(), "CUDA_VISIBLE_DEVICES": visible,
-                **pinning.untimed_env(self.devices)}
+                **pinning.untimed_env(self.devices),
+                **(self.sandbox_env() if sandboxed else {})}
+
+    def sandbox_env(self) -> dict[str, str]:
+        """The sandbox's policy for candidate children (none with --no-sandbox): they may
+        write under this process's scratch folders and the build cache, and read the
+        compiler fronts; each task narrows that to its own folders (build_allow)."""
+        return sandbox_policy(self.config).to_env() if self.config.sandbox else {}
+
+    def build_allow(self, extensions_dir: str | Path) -> dict[str, list[str]]:
+        """What one task of a candidate may use besides its folder: its build's folder
+        (read and write: torch's lock lives there), the compiler fronts (read)."""
+        cache = Path(self.config.cache_dir)
+        Path(extensions_dir).mkdir(parents=True, exist_ok=True)  # Triton's cache too
+        return {"write": [str(extensions_dir), *armed_folder()], "read": [str(cache / "pch"),
+                                                         str(cache / "nvcc")]}
+
+    def run_allow(self, extensions_dir: str | Path, device: str) -> dict[str, list[str]]:
+        """build_allow, and the device's lock files, which the run child holds: as files
+        (written, never removed or replaced, which would split the lock)."""
+        allow = self.build_allow(extensions_dir)
+        lock = self.lock_path(device)
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        files = [lock, Path(f"{lock}.gate")]
+        if trace := os.environ.get(devlock.TRACE_VAR):
+            files.append(Path(trace))
+        for file in files:
+            file.touch(exist_ok=True)
+        allow["write"] += [str(f) for f in files]
+        return allow
 
     def lock_path(self, device: str) -> Path:
         """The file of `device`'s timing lock (kb_eval/devlock.py), one per invocation."""
@@ -214,6 +247,19 @@ def compiler_front(config: EvalConfig) -> dict[str, str]:
     if nvcc:
         env.update(nvcc_front.install(Path(config.cache_dir) / "nvcc", nvcc))
     return env
+
+
+def sandbox_policy(config: EvalConfig) -> sandbox.Policy:
+    """Layer one of the sandbox for this run's candidate children (isolation/sandbox.py);
+    its folders are made now, since only folders that exist can be bound or allowed."""
+    from kb_eval.eval.schedule.sample import run_scratch
+
+    cache = Path(config.cache_dir)
+    write = [scratch_root(config), run_scratch(), cache / "builds", cache / "pch"]
+    write += [Path(f) for f in armed_folder()]  # the fault suite's points, fired by children
+    for folder in [*write, cache / "nvcc"]:
+        folder.mkdir(parents=True, exist_ok=True)
+    return sandbox.Policy(write=[str(p) for p in write], read=[str(cache / "nvcc")])
 
 
 def visible_gpus(requested: list[str] | None) -> list[str]:

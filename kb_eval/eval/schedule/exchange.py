@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from kb_eval.eval.child.probes import recheck_count
-from kb_eval.eval.judge.references import MemoryPlan, ReferenceStore
+from kb_eval.eval.judge.references import ReferenceStore
+from kb_eval.eval.schedule.memplan import MemoryPlan
 from kb_eval.eval.schedule.context import EvalContext, is_cpu
 from kb_eval.eval.wire.device import MAX_SLOTS, slot_size
 

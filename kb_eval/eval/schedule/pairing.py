@@ -134,10 +134,11 @@ class Pairing(threading.Thread):
         os.replace(self.folder / f"go_{r}.tmp", self.folder / f"go_{r}")
 
     def _pin(self, child: int) -> None:
-        """Both launching threads on `self.core` before the rounds that follow."""
+        """Both launching threads on `self.core` before the rounds that follow (in a
+        sandbox, the child's group leads with its init: the candidate is the init's child)."""
         if self.core is None:
             return
-        pinning.pin(child, self.core)
+        pinning.pin(sandboxed_main(child) or child, self.core)
         server = self.server_pid()
         if server is not None and (mask := pinning.pin(server, self.core)) is not None:
             self.server_masks.setdefault(server, mask)
@@ -154,6 +155,24 @@ class Pairing(threading.Thread):
             return None
         ok = ppid == os.getpid() and pgid == pid and pgid not in self.forbidden
         return pgid if ok and pgid != os.getpgid(0) else None
+
+
+def sandboxed_main(leader: int) -> int | None:
+    """The child proper under a sandbox's init `leader` (isolation/sandbox.py): the
+    init's only child in its group; None when `leader` is no such init."""
+    try:
+        cmdline = Path(f"/proc/{leader}/cmdline").read_bytes()
+        if b"\0-I\0-S\0-c\0" not in cmdline:
+            return None
+    except OSError:
+        return None
+    try:
+        kids = [int(k) for k in
+                Path(f"/proc/{leader}/task/{leader}/children").read_text().split()]
+    except OSError:  # a kernel without the children file: look for them
+        kids = [int(e) for e in os.listdir("/proc") if e.isdigit()
+                and (fields := stat_fields(e)) is not None and fields[1] == str(leader)]
+    return min(kids) if kids else None
 
 
 def start_pairing(ctx, refs, problem, device: str, run_dir: Path, payload: dict,

@@ -4,7 +4,8 @@ the candidate's. The memory plan runs first: a problem that cannot fit is `too_l
 
 from __future__ import annotations
 
-from kb_eval.eval.judge.references import MemoryPlan, ReferenceStore
+from kb_eval.eval.judge.references import ReferenceStore
+from kb_eval.eval.schedule.memplan import MemoryPlan
 from kb_eval.eval.judge.verdict import trials_for
 from kb_eval.eval.schedule.build import BuildOutcome
 from kb_eval.eval.schedule.context import EvalContext

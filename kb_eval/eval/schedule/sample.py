@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from kb_eval.eval.child.worker import BEFORE_PROBE, Laps
+from kb_eval.eval.child.steps import Laps
+from kb_eval.eval.child.worker import BEFORE_PROBE
 from kb_eval.eval.judge.crashes import crash_info, status_of
 from kb_eval.eval.judge.references import ReferenceStore, take_server_seconds
 from kb_eval.eval.judge.verdict import child_failure, judge_sample, labels_to_check
@@ -22,12 +23,14 @@ from kb_eval.eval.schedule.build import BuildOutcome, source_sha256
 from kb_eval.eval.schedule.context import EvalContext, is_cpu
 from kb_eval.eval.schedule.exchange import Exchange, checked_calls, exchange_for
 from kb_eval.eval.schedule.overlap import Budgets, Slot, intake_cap
+from kb_eval.eval.schedule.gate import compare_after, correctness_check, start_gate
 from kb_eval.eval.schedule.pairing import finish_pairing, start_pairing
 from kb_eval.eval.schedule.reaper import sweep_escapees
 from kb_eval.eval.wire.device import UNOPENED, slot_size
 from kb_eval.eval.wire.labels import PROBE_LABEL
+from kb_eval.eval.wire.protocol import CandidateTask
 from kb_eval.faults import inject_fault
-from kb_eval.isolation import ChildOutcome, run_isolated, start_spares
+from kb_eval.isolation import ChildOutcome, refusals, run_isolated, start_spares
 from kb_eval.problems import Problem
 from kb_eval.profile.launches import paired_counts
 from kb_eval.results import Flag, LaunchCounts, SampleRecord
@@ -52,6 +55,7 @@ class SampleTask:
     reference_call_ms: float | None = None  # the reference's call, roughly (its estimate)
     slot: Slot | None = None  # its hold on the device (overlap.py), when it shares one
     intake_done: Callable[[], None] = lambda: None  # its lane's intake (overlap.py)
+    refused: list[str] = field(default_factory=list)  # what its run child tried (refusals.py)
 
     def past_timing(self) -> None:
         """The child has left its timing step: its place on the device and its lane's
@@ -59,6 +63,12 @@ class SampleTask:
         if self.slot is not None:
             self.slot.timed()
         self.intake_done()
+
+    def compiling(self, on: bool) -> None:
+        """The child started (on) or ended a compile of the candidate's own: no place on
+        the device held meanwhile (overlap.py)."""
+        if self.slot is not None:
+            self.slot.compiling(on)
 
 
 CHILD_TARGET = "kb_eval.eval.child.worker:run_candidate"
@@ -75,7 +85,7 @@ def new_record(ctx: EvalContext, task: SampleTask) -> SampleRecord:
     return SampleRecord(key=p.key, sample=task.sample, turn=task.turn, source=p.source,
                         level=p.level, problem_id=p.problem_id, name=p.name,
                         backend=ctx.backend, precision=ctx.config.precision,
-                        source_sha256=source_sha256(task.source))
+                        source_sha256=source_sha256(task.source), sandbox=ctx.config.sandbox)
 
 
 def finish(record: SampleRecord, task: SampleTask) -> SampleRecord:
@@ -84,6 +94,10 @@ def finish(record: SampleRecord, task: SampleTask) -> SampleRecord:
     # the reference server's own work for this sample, its paired rounds apart (the
     # device's second serial resource beside the timing lock: eval_throughput.py)
     record.phases.update({"server": 0.0, **take_server_seconds()})
+    refused = [*(record.build.refused if record.build else []), *task.refused]
+    if refused:
+        record.flags.append(Flag(code="sandbox_refused", severity="error",
+                                 message="the sandbox refused: " + "; ".join(refused)[:600]))
     return record
 
 
@@ -151,6 +165,11 @@ def _evaluate(ctx: EvalContext, refs: ReferenceStore, task: SampleTask, device: 
         payload["exchange"] = exchange.spec
     pairing = start_pairing(ctx, refs, task.problem, device, run_dir, payload,
                             _timing(cfg, task))
+    gate = None  # a wrong answer judged before its timing step (gate.py): files only
+    if exchange is None and payload.get("timing") is not None:
+        gate = start_gate(run_dir / "gate", payload, correctness_check(
+            refs, task.problem, cfg, _trials(cfg, task), run_dir, device))
+    payload = CandidateTask.model_validate(payload).model_dump(mode="json")  # typed
     window = _WINDOWS.begin()
     # The budgets enforce the run timeout less the time queued for the timing lock (at
     # most the runs of the other samples the device's lanes took); this is the hard cap.
@@ -158,8 +177,12 @@ def _evaluate(ctx: EvalContext, refs: ReferenceStore, task: SampleTask, device: 
                        timeout_s=cfg.run_timeout_s * intake_cap(cfg.lane_depth),
                        mem_limit_mb=cfg.mem_limit_mb, env=ctx.device_env(device),
                        prewarm=True, warm_cuda=not is_cpu(device),
-                       budget=Budgets(run_dir, cfg, task.past_timing))
+                       budget=Budgets(run_dir, cfg, task.past_timing, task.compiling),
+                       allow=ctx.run_allow(task.build.extensions_dir, device))
     alone = _WINDOWS.end(window)
+    if gate is not None:
+        gate.close()
+    task.refused = refusals.read(run_dir)
     paired = finish_pairing(pairing)
     task.laps.lap("run")
     if (paired or {}).get("busy_ms"):  # other processes' GPU work the reference waited out
@@ -192,8 +215,8 @@ def _evaluate(ctx: EvalContext, refs: ReferenceStore, task: SampleTask, device: 
     timing = (paired or {}).get("timing") or _timing(cfg, task)  # a slow one's cut rounds
     labels = labels_to_check(cfg, result.get("saved"), _trials(cfg, task), timing.n_calls)
     probe = [PROBE_LABEL] if result.get("probe") == PROBE_LABEL else []
-    ref = refs.compare(task.problem, labels + probe, run_dir, device, exchange,
-                       paired=bool((paired or {}).get("rounds")))
+    ref = compare_after(refs, task.problem, labels + probe, run_dir, device, exchange,
+                        bool((paired or {}).get("rounds")), gate)
     task.laps.lap("reference")
     if ref.exchange_lost:  # ours: the server restarted while the child ran (retried)
         record.status = "eval_error"

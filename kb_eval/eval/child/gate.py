@@ -1,0 +1,38 @@
+"""The candidate's side of the verdict gate (kb_eval/eval/schedule/gate.py): before its
+timing step, the child asks the parent whether its correctness outputs, already saved,
+match the reference. A wrong answer is not timed: its verdict cannot change, and its
+timing step would hold the device alone for nothing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from kb_eval import clocks
+from kb_eval.devlock import DeviceLock
+from kb_eval.eval.child.steps import WAIT, mark
+
+ASK, GO, SKIP = "ask", "go", "skip"
+WAIT_S = 600.0  # the parent answers within one reference comparison
+POLL_S = 0.002
+
+
+def may_time(folder: Path, labels: list[str], lock: DeviceLock, workdir: Path) -> bool:
+    """Tell the parent which correctness outputs are saved, wait for its answer: False
+    when they are wrong. No answer in time (the parent's trouble) times as before; a
+    `go` the candidate wrote itself only costs it the timing step of a wrong answer.
+    The device's lock is let go meanwhile (the reference server's comparison takes it)
+    and the wait is charged to no budget; the timing step takes the lock again."""
+    mark(workdir, WAIT)
+    lock.release()
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{ASK}.tmp").write_text(json.dumps(labels))
+    (folder / f"{ASK}.tmp").rename(folder / ASK)
+    deadline = clocks.monotonic() + WAIT_S
+    while clocks.monotonic() < deadline:
+        if (folder / SKIP).exists():
+            return False
+        if (folder / GO).exists():
+            return True
+        clocks.sleep(POLL_S)
+    return True
