@@ -46,6 +46,8 @@ def run_level(args, level: int | list[int], problems: str | None, lane_depth: in
             cmd += [flag, str(value)]
     if args.no_round_untimed:
         cmd.append("--no-round-untimed")
+    if args.no_sandbox:
+        cmd.append("--no-sandbox")
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd)
     try:
@@ -103,6 +105,12 @@ def summary(r: dict) -> str:
             f"holding 1.0: {holds}/{len(cis)}, above it (fast_1_sig): "
             f"{sum(lo > 1.0 for lo, _ in cis)}; non-deterministic references {nondet}; "
             f"unpaired {len(unpaired)}")
+    shares = sorted(x["sol"]["share"] for x in rows if (x.get("sol") or {}).get("share"))
+    if shares:
+        q = [shares[min(int(f * len(shares)), len(shares) - 1)] for f in (0.1, 0.5, 0.9)]
+        text += (f"\n   speed-of-light share of {len(shares)} copies: p10 {q[0]:.1%}, "
+                 f"median {q[1]:.1%}, p90 {q[2]:.1%}, max {shares[-1]:.1%}, "
+                 f"over 100 %: {sum(s > 1.0 for s in shares)}")
     phases = [x.get("phases") or {} for x in rows]
     shares = [] if r["wall_s"] is None else ["   " + busy_share(phases, r["wall_s"], 1)]
     return "\n".join([text] + shares + ["   " + phase_medians(phases)]
@@ -129,6 +137,8 @@ def main() -> int:
     p.add_argument("--round-spin-up-ms", type=float, default=None, help="check's (default: its own)")
     p.add_argument("--no-round-untimed", action="store_true",
                    help="check's: no untimed call at the head of each paired round")
+    p.add_argument("--no-sandbox", action="store_true",
+                   help="check's: copies run outside the sandbox (to measure what it costs)")
     p.add_argument("--out", default="results/harness", help="folder for the JSON reports")
     p.add_argument("--tag", default="", help="suffix for the report names")
     p.add_argument("--timeout", type=float, default=None,

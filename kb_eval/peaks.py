@@ -21,10 +21,12 @@ from kb_eval.results import (SCHEMA_VERSION, HardwareInfo, Producer, now_iso, re
                              write_json_atomic)
 from kb_eval.errors import UserError
 
-GPU_MATMUL_SIZES = (4096, 8192)
+GPU_MATMUL_SIZES = (2048, 4096, 8192, 12288)
 CPU_MATMUL_SIZES = (512, 1024)
-# Bandwidth buffers: at least this (a GPU; a CPU: 64 MiB), and 4x the largest cache
-MIN_BUFFER = 256 << 20
+# Bandwidth buffers: at least this (a GPU; a CPU: 64 MiB), and 4x the largest cache. On a
+# GPU large ones: activations over buffers of many GiB stream at up to 0.5 % above a 1 GiB
+# copy's rate (docs/PERFORMANCE.md, speed of light).
+MIN_BUFFER = 4 << 30
 REPEATS = 5  # timings per figure, the fastest kept
 FLOAT_PEAKS = {"fp32": "fp32", "bf16": "bf16", "fp16": "fp16"}  # run precision -> rate
 
@@ -95,7 +97,9 @@ def measure(device: str = "cuda") -> dict:
     dev = torch.device(device)
     cache = cache_bytes(dev)
     figures: dict = {"cache_bytes": cache, "matmul_flops_per_s": {}, "errors": {}}
-    n = max(MIN_BUFFER if dev.type == "cuda" else 64 << 20, 4 * (cache or 0))
+    big = (min(MIN_BUFFER, torch.cuda.get_device_properties(dev).total_memory // 8)
+           if dev.type == "cuda" else 64 << 20)
+    n = max(big, 4 * (cache or 0))
     figures["buffer_bytes"] = n
     for name, fn in (("copy_bytes_per_s", _copy_rate), ("read_bytes_per_s", _read_rate)):
         try:
@@ -198,11 +202,16 @@ def _fastest(dev, fn, repeats: int = REPEATS, inner: int = 1) -> float:
 
 
 def _copy_rate(dev, n: int) -> float:
+    """Bytes read + written per second by the faster of a copy and an elementwise kernel
+    writing a new buffer: torch's copy_ is a DMA memcpy on a GPU, which streams slower than
+    a vectorised elementwise kernel does (so honest activations would beat a copy's figure)."""
     import torch
 
     src = torch.ones(n // 4, dtype=torch.float32, device=dev)
     dst = torch.empty_like(src)
-    return 2 * src.nbytes / _fastest(dev, lambda: dst.copy_(src))
+    seconds = min(_fastest(dev, lambda: dst.copy_(src)),
+                  _fastest(dev, lambda: torch.neg(src, out=dst)))
+    return 2 * src.nbytes / seconds
 
 
 def _read_rate(dev, n: int) -> float:

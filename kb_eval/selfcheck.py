@@ -46,7 +46,8 @@ def row_of(record: SampleRecord) -> dict:
             "retried": record.retried, "flags": [f.code for f in record.flags],
             # why its interval is not a paired one (a sweep's report kept only the code)
             "unpaired": next((f.message for f in record.flags if f.code == "unpaired"), None),
-            "phases": record.phases}
+            "phases": record.phases,
+            "sol": record.sol.model_dump() if record.sol else None}
 
 
 def _gib(n) -> str:

@@ -19,7 +19,10 @@ from kb_eval.isolation.forkserver import ENABLE_VAR, FORK_SERVERS, MAX_STARTS
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc"), reason="Linux /proc needed")
 TASKS = str(Path(__file__).parent / "tasks")
-ENV = {"PYTHONPATH": TASKS, "KB_TEST_FORK": "1"}  # an environment of these tests' own
+# an environment of these tests' own, on the interpreter's own path (where the packages
+# sit outside site-packages, as on the GPU machine)
+ENV = {"PYTHONPATH": os.pathsep.join(filter(None, [TASKS, os.environ.get("PYTHONPATH")])),
+       "KB_TEST_FORK": "1"}
 
 
 def _run(tmp_path, target, i=0, **kw):
