@@ -123,7 +123,12 @@ class SampleRecord(BaseModel):
     timing: TimingStats | None = None
     baseline: TimingStats | None = None
     baseline_source: str | None = None  # file | live
-    speedup: float | None = None  # baseline median / candidate median, correct samples only
+    # The reference's median / the candidate's, correct samples only: both from the rounds
+    # timed in pairs (one reference time per sample), else the reference timed alone
+    speedup: float | None = None
+    # The baseline file's median / the candidate's (a run with a baseline file): for
+    # leaderboards and compile-mode comparisons, never the headline
+    speedup_vs_baseline: float | None = None
     # 95 % interval of the speedup (kb_eval/eval/judge/confidence.py) and how it was had
     speedup_ci: list[float] | None = None
     speedup_ci_method: str | None = None
@@ -165,6 +170,9 @@ class RunSummary(BaseModel):
     # Share of problems with a counted sample at >= p of the speed of light (sol_0.5 ...)
     sol_p: dict[str, float] = Field(default_factory=dict)
     geomean_speedup: float | None = None  # over correct samples
+    # The same of speedup_vs_baseline (a run with a baseline file): the baseline file's
+    # figure, for leaderboards; never the headline
+    geomean_vs_baseline: float | None = None
     pass_at_k: dict[str, float] = Field(default_factory=dict)  # "pass@1", ...
     status_counts: dict[str, int] = Field(default_factory=dict)
     # Samples the evaluator could not judge (HARNESS_STATUSES), and the problems left out

@@ -113,3 +113,19 @@ def test_empty_and_geomean_edge_cases():
     assert s.problems == 0 and s.correct_rate == 0.0 and s.geomean_speedup is None
     assert geometric_mean([]) is None
     assert geometric_mean([4.0, 1.0]) == pytest.approx(2.0)
+
+
+def test_baseline_file_figure_is_secondary():
+    """fast_p and the geomean count the paired speedup; the file's figure has its own
+    geomean beside it and moves nothing else (one reference time per sample)."""
+    a = rec("level1/1", 0, "correct", speedup=1.0)
+    a.speedup_vs_baseline = 4.0  # an inflated file
+    b = rec("level1/2", 0, "correct", speedup=0.5)
+    b.speedup_vs_baseline = 1.0
+    s = summarize([a, b], ["level1/1", "level1/2"])
+    assert s.fast_p[fast_p_name(1.0)] == 0.0  # 1.0 is not above 1: the file's 4x not used
+    assert s.geomean_speedup == pytest.approx(math.sqrt(0.5))
+    assert s.geomean_vs_baseline == pytest.approx(2.0)
+    voided = rec("level1/2", 0, "correct", speedup=0.5, flags=[Flag(code="no_custom_kernel")])
+    voided.speedup_vs_baseline = 9.0
+    assert summarize([a, voided], ["level1/1", "level1/2"]).geomean_vs_baseline == 4.0

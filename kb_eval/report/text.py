@@ -75,6 +75,8 @@ def summary_table(run: RunFile) -> str:
              if name in ("fast_1", "fast_2")]
     geo = f"{s.geomean_speedup:.3f}x" if s.geomean_speedup else "- (no speedup counted)"
     rows.append(("geomean speedup (correct)", geo))
+    if s.geomean_vs_baseline:  # the baseline file's figure, beside the paired one
+        rows.append(("geomean vs baseline file", f"{s.geomean_vs_baseline:.3f}x"))
     uncounted = Counter(code for r in _last_turns(run.samples) for code in uncounted_codes(r))
     if uncounted:  # correct, but left out of fast_p and the geomean: say so
         rows.append(("speedups not counted", ", ".join(

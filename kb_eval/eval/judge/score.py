@@ -159,6 +159,8 @@ def summarize(records: Iterable[SampleRecord], problems_asked: Iterable[str],
         sol_p={sol_p_name(p): rate(lambda r, p=p: is_sol(r, p)) for p in sol_ps}
         if any(r.sol is not None for rs in grouped.values() for r in rs) else {},
         geomean_speedup=geometric_mean(counted_speedup(r) for r in correct),
+        geomean_vs_baseline=geometric_mean(r.speedup_vs_baseline for r in correct
+                                           if counted_speedup(r) is not None),
         pass_at_k=pass_k,
         status_counts=dict(Counter(r.status for rs in grouped.values() for r in rs)
                            + Counter(r.status for r in harness)),

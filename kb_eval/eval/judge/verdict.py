@@ -114,23 +114,17 @@ def judge_sample(ctx: EvalContext, problem: Problem, source: str, n_correct: int
         reasons = record.correctness.failures[:1] + [f.message for f in record.flags
                                                       if f.severity == "error"][:1]
         record.error = "; ".join(reasons) or "outputs differ from the reference"
-    if cfg.live_baseline:  # timed alone once per problem, or (usually) in this sample's rounds
-        record.baseline = ref.state.timing or paired_reference(paired)
-        record.baseline_source = "live"
-        if ref.state.timing_error:
-            record.flags.append(Flag(code="no_baseline", message=f"no {cfg.baseline_mode} "
-                                     f"baseline for {problem.key}: {ref.state.timing_error}"))
-    else:
-        record.baseline, record.baseline_source = ctx.baseline_for(problem), "file"
-        if record.baseline is None:
-            record.flags.append(Flag(code="no_baseline", message=f"{ctx.baseline_file} has "
-                                     f"no timing for {problem.key}: no speedup"))
-    if record.correct and record.timing and record.baseline and record.timing.median > 0:
-        record.speedup = record.baseline.median / record.timing.median
-        interval = speedup_interval(record.baseline, record.timing)
-        if interval is not None:
-            record.speedup_ci, record.speedup_ci_method = interval
-        _use_pairing(record, paired, cfg.live_baseline)
+    file_base = None if cfg.live_baseline else ctx.baseline_for(problem)
+    _reference_alone(ctx, cfg, problem, ref, paired, record, file_base)
+    if record.correct and record.timing and record.timing.median > 0:
+        if file_base is not None:
+            record.speedup_vs_baseline = file_base.median / record.timing.median
+        if record.baseline:
+            record.speedup = record.baseline.median / record.timing.median
+            interval = speedup_interval(record.baseline, record.timing)
+            if interval is not None:
+                record.speedup_ci, record.speedup_ci_method = interval
+        _use_pairing(record, paired)
     judge_sol(record, ref.state.metrics, cfg.precision,
               flushed=ctx.device_kind == "cuda" and cfg.timing.flush_l2)
     record.flags.extend(cut_flags((paired or {}).get("timing"), record.speedup))
@@ -156,12 +150,29 @@ def cut_flags(cut: TimingSettings | None, speedup: float | None) -> list[Flag]:
     return flags
 
 
-def _use_pairing(record: SampleRecord, paired: dict | None, live: bool) -> None:
-    """The speedup's interval from the rounds timed in pairs (schedule/pairing.py), when
-    the sample was paired and the pairing is sound; else the unpaired one stays, and a
-    warning says why. Live baseline: the point estimate and the baseline are the paired
-    ones too. Baseline file: the point stays file / candidate, the interval is the live
-    pairing's (docs/GUARANTEES.md, intervals)."""
+def _reference_alone(ctx, cfg, problem, ref: ReferenceRun, paired: dict | None,
+                     record: SampleRecord, file_base: TimingStats | None) -> None:
+    """The reference's time when the sample's rounds were not paired: live, timed alone
+    once per problem; else the baseline file's. A pairing replaces it (_use_pairing)."""
+    if cfg.live_baseline:
+        record.baseline = ref.state.timing or paired_reference(paired)
+        record.baseline_source = "live"
+        if ref.state.timing_error:
+            record.flags.append(Flag(code="no_baseline", message=f"no {cfg.baseline_mode} "
+                                     f"baseline for {problem.key}: {ref.state.timing_error}"))
+        return
+    record.baseline, record.baseline_source = file_base, "file"
+    if file_base is None and not (paired or {}).get("rounds"):
+        record.flags.append(Flag(code="no_baseline", message=f"{ctx.baseline_file} has "
+                                 f"no timing for {problem.key}: no speedup"))
+
+
+def _use_pairing(record: SampleRecord, paired: dict | None) -> None:
+    """One reference time per sample: when the sample was paired and the pairing is sound,
+    the speedup, its interval and the baseline are all the rounds timed in pairs with the
+    candidate (schedule/pairing.py), whichever baseline the run was given; the file's
+    time stays only in `speedup_vs_baseline`. Unpaired, the reference timed alone (or the
+    file's) stays, and a warning says why (docs/GUARANTEES.md, intervals)."""
     rounds, cand = (paired or {}).get("rounds"), record.timing.rounds
     if paired is None:
         return
@@ -170,12 +181,11 @@ def _use_pairing(record: SampleRecord, paired: dict | None, live: bool) -> None:
         record.flags.append(Flag(code="unpaired", message=f"speedup interval not paired: {why}"))
         return
     ref = paired_reference(paired)
+    record.baseline, record.baseline_source = ref, "live"  # the method names the pairing
+    record.speedup = paired_speedup(ref.rounds, cand)
     record.speedup_ci = widened(*paired_interval(ref.rounds, cand),
                                 resolution(ref, record.timing))
-    record.speedup_ci_method = "paired_rounds" if live else "paired_live_rounds"
-    if live:
-        record.baseline = ref  # still "live": the method names the pairing
-        record.speedup = paired_speedup(ref.rounds, cand)
+    record.speedup_ci_method = "paired_rounds"
 
 
 def paired_reference(paired: dict | None) -> TimingStats | None:
