@@ -44,4 +44,7 @@ DEFAULTS = dict(
     build_timeout_s=600,
     run_timeout_s=300,
     mem_limit_mb=16000,       # host memory per child process
+    # Tuning knobs without a flag (docs/FLAGS.md, "Tuning"), e.g.: lane_depth=3 (children in
+    # flight per device; unset: 3 on a GPU, 1 on a CPU), cpu_lanes=1, load_budget_s=90,
+    # call_budget_s=30, recheck_timed=8, timing_budget_ms=100.
 )

@@ -515,7 +515,8 @@ def main() -> int:
               f"{ray.cluster_resources()}", flush=True)
 
     gpu = args.backend == "cuda"
-    args.lane_depth = lane_depth(args.lane_depth, Defaults(), cpu=not gpu)
+    if args.lane_depth is None:
+        args.lane_depth = lane_depth(Defaults(), cpu=not gpu)
     if args.warm_only and args.cold_only:
         sys.exit("eval_throughput: --warm-only and --cold-only exclude each other")
     if args.synthetic and (args.corpus or args.level):

@@ -3,7 +3,7 @@ problems the evaluator can judge on this machine, what remains and why, and the 
 
     python benchmarks/kernelbench_harness.py --source ../shared/kernelbench --levels 1 2 3 \
         --out results/harness [--trials 20] [--problems 1-50] [--lane-depth 1] \
-        [--round-spin-up-ms 2] [--no-round-untimed] [--together]
+        [--timing-budget-ms 100] [--together]
 
 Each level's JSON report lands in --out (harness_level<N>.json); its summary is printed as
 the level ends. `--together` runs the levels in one `check --harness` (one reference
@@ -12,12 +12,15 @@ part of it and the whole (the figures quoted for the GPU machine in the closing 
 device busy share and phase medians of eval_throughput.py (this is issue 15's sweep (b)).
 Unless --lane-depth is 1, problems not judged correct are evaluated again one at a time
 (harness_level<N>_serial.json), so a fault of the overlap is told apart from the problem's.
+--lane-depth and --timing-budget-ms are check's config DEFAULTS (it has no such flags): they
+go to it in a config.py written beside the reports (KB_EVAL_CONFIG).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -36,20 +39,21 @@ def run_level(args, level: int | list[int], problems: str | None, lane_depth: in
     out = Path(args.out) / f"harness_{name}{tag}.json"
     cmd = [sys.executable, "-m", "kb_eval.check", "--harness", "--source", args.source,
            "--level", *map(str, levels), "--out", str(out)]
-    if lane_depth is not None:
-        cmd += ["--lane-depth", str(lane_depth)]
     if problems:
         cmd += ["--problems", problems]
-    for flag, value in (("--trials", args.trials), ("--timing-budget-ms", args.timing_budget_ms),
-                        ("--round-spin-up-ms", args.round_spin_up_ms)):
-        if value is not None:
-            cmd += [flag, str(value)]
-    if args.no_round_untimed:
-        cmd.append("--no-round-untimed")
+    if args.trials is not None:
+        cmd += ["--trials", str(args.trials)]
     if args.no_sandbox:
         cmd.append("--no-sandbox")
+    tuning = {k: v for k, v in (("lane_depth", lane_depth),
+                                ("timing_budget_ms", args.timing_budget_ms)) if v is not None}
+    env = None
+    if tuning:
+        config = Path(args.out) / f"config_{name}{tag}.py"
+        config.write_text(f"MODELS = []\nDEFAULTS = {tuning!r}\n")
+        env = {**os.environ, "KB_EVAL_CONFIG": str(config.resolve())}
     t0 = time.monotonic()
-    proc = subprocess.Popen(cmd)
+    proc = subprocess.Popen(cmd, env=env)
     try:
         rc = proc.wait(timeout=args.timeout)
     except subprocess.TimeoutExpired:
@@ -133,10 +137,8 @@ def main() -> int:
     p.add_argument("--problems", default=None, help="ids and ranges within each level")
     p.add_argument("--trials", type=int, default=None,
                    help="timed calls per copy (default: check's, with its time budget)")
-    p.add_argument("--timing-budget-ms", type=float, default=None, help="check's (default: its own)")
-    p.add_argument("--round-spin-up-ms", type=float, default=None, help="check's (default: its own)")
-    p.add_argument("--no-round-untimed", action="store_true",
-                   help="check's: no untimed call at the head of each paired round")
+    p.add_argument("--timing-budget-ms", type=float, default=None,
+                   help="check's DEFAULTS[\"timing_budget_ms\"] (default: the config's)")
     p.add_argument("--no-sandbox", action="store_true",
                    help="check's: copies run outside the sandbox (to measure what it costs)")
     p.add_argument("--out", default="results/harness", help="folder for the JSON reports")
@@ -149,7 +151,7 @@ def main() -> int:
                    help="all --levels in one check --harness run (one reference server, "
                         "no drain between levels), summed up per level and in all")
     p.add_argument("--lane-depth", type=int, default=None, help="copies in flight per GPU "
-                   "(check --lane-depth; default: check's, 3 on a GPU)")
+                   "(check's DEFAULTS[\"lane_depth\"]; default: check's, 3 on a GPU)")
     args = p.parse_args()
     Path(args.out).mkdir(parents=True, exist_ok=True)
     levels = sorted(set(args.levels)) if args.together else args.levels

@@ -26,10 +26,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from kb_eval.cli import (ROUND_SPIN_UP_MS_DEFAULT, TIMING_BUDGET_MS_DEFAULT, Parser,
-                         add_execution_flags, add_precision_flag, add_selection_flags,
-                         add_timing_budget_flag, check_gpus_visible, check_timing_budget,
-                         execution_config, lane_depth, run_cli, writable_dir)
+from kb_eval.cli import (Parser, add_execution_flags, add_precision_flag,
+                         add_selection_flags, check_gpus_visible, execution_config, run_cli,
+                         writable_dir)
 from kb_eval.errors import UserError
 from kb_eval.isolation import run_isolated
 from kb_eval.problems import Problem, load_problems
@@ -169,14 +168,6 @@ def parser(defaults) -> Parser:
                         f"{defaults.cpu_trials} on CPU)")
     h.add_argument("--correct-trials", type=int, default=defaults.correct_trials,
                    help=f"correctness trials per copy (default: {defaults.correct_trials})")
-    add_timing_budget_flag(h, TIMING_BUDGET_MS_DEFAULT)
-    # The paired rounds' own costs, to measure what they buy on a GPU (the copies' band).
-    h.add_argument("--round-spin-up-ms", type=float, default=None, metavar="MS",
-                   help="GPU work before each paired round on both sides, the round's "
-                        f"untimed call included (default: {ROUND_SPIN_UP_MS_DEFAULT:g}; 0: none)")
-    h.add_argument("--no-round-untimed", action="store_true",
-                   help="no untimed call at the head of each paired round (both sides): "
-                        "a round starts on its spin-up alone")
     h.add_argument("--out", type=Path, default=None,
                    help="the JSON report (default: <results-dir>/check/<hardware>/"
                         "harness_<source>_<precision>.json)")
@@ -199,17 +190,12 @@ def harness_main(args, d) -> int:
     cpu = backend == "cpp"
     if args.trials is not None and args.trials < 1:
         raise UserError(f"--trials must be at least 1 (got {args.trials})")
-    check_timing_budget(args)  # and --round-spin-up-ms
-    args.lane_depth = lane_depth(args.lane_depth, d, cpu)
-    rounds = {"round_untimed": not args.no_round_untimed}
-    if args.round_spin_up_ms is not None:
-        rounds["round_spin_up_ms"] = args.round_spin_up_ms
     timing = TimingSettings(warmup=d.cpu_warmup if cpu else d.warmup,
                             trials=args.trials or (d.cpu_trials if cpu else d.trials),
-                            budget_ms=args.timing_budget_ms, **rounds)
+                            budget_ms=d.timing_budget_ms)
     config = EvalConfig(backend=backend, precision=args.precision, timing=timing,
                         correct_trials=args.correct_trials, live_baseline=True,
-                        results_dir=args.results_dir, **execution_config(args))
+                        results_dir=args.results_dir, **execution_config(args, d, cpu))
     return run_harness_check(problems, config, args.out, args.source)
 
 

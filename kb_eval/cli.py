@@ -114,33 +114,6 @@ def add_results_dir_flag(p: argparse.ArgumentParser, default: Path, what: str) -
                    help=f"{what} (default: {default})")
 
 
-# EvalConfig.recheck_timed's default, written here so that the parsers need not import
-# kb_eval.eval (torch) before --help answers; tests/test_user_mistakes.py checks they agree.
-RECHECK_TIMED_DEFAULT = 8
-TIMING_BUDGET_MS_DEFAULT = 100.0  # TimingSettings.budget_ms's, likewise
-LAUNCH_BUDGET_MS_DEFAULT = 1000.0  # TimingSettings.launch_budget_ms's, likewise
-ROUND_SPIN_UP_MS_DEFAULT = 2.0  # TimingSettings.round_spin_up_ms's, likewise
-
-
-def add_timing_budget_flag(p: argparse.ArgumentParser, default: float | None) -> None:
-    """--timing-budget-ms (kb_eval.eval and kb_eval.run); `default` None: filled in later."""
-    p.add_argument("--timing-budget-ms", type=float, default=default, metavar="MS",
-                   help="fewer timed calls for slow problems: per sample, as many as take "
-                        "about MS at the reference's speed (estimated once per problem; a "
-                        "launch-bound reference, whose time is its host's pace, gets "
-                        f"{LAUNCH_BUDGET_MS_DEFAULT:g} ms when that is more), never fewer "
-                        "than one per paired round (20) nor more than --trials (default: "
-                        f"{TIMING_BUDGET_MS_DEFAULT:g}; 0: always --trials)")
-
-
-def check_timing_budget(args) -> None:
-    """--timing-budget-ms, and --round-spin-up-ms where the command has it: 0 or more."""
-    for name in ("timing_budget_ms", "round_spin_up_ms"):
-        value = getattr(args, name, None)
-        if value is not None and not value >= 0:  # also NaN
-            raise UserError(f"--{name.replace('_', '-')} must be 0 or more (got {value})")
-
-
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")  # torch.compile's modes
 # Baseline files of Apache TVM builds (`kb_eval.baseline --compile tvm [--tvm-no-arch]`)
 TVM_BASELINES = ("tvm", "tvm-noarch")
@@ -156,10 +129,6 @@ def baseline_mode(compile_mode: str | None) -> str:
 def add_checking_flags(p: argparse.ArgumentParser) -> None:
     """How outputs are compared and what is kept (kb_eval.eval and kb_eval.run)."""
     g = p.add_argument_group("checking and scoring candidates")
-    g.add_argument("--recheck-timed", type=int, default=RECHECK_TIMED_DEFAULT, metavar="K",
-                   help="also check the outputs of K timed calls, picked at random after "
-                        f"they return (default: {RECHECK_TIMED_DEFAULT}; 0 trusts the timed "
-                        "calls)")
     g.add_argument("--atol", type=float, default=None,
                    help="absolute tolerance (default: 1e-4 for fp32, 1e-2 for fp16, 2e-2 "
                         "for bf16)")
@@ -199,8 +168,8 @@ def add_checking_flags(p: argparse.ArgumentParser) -> None:
 
 
 def check_tolerances(args) -> None:
-    """Negative tolerances or recheck counts are mistakes, reported before any work."""
-    for flag in ("atol", "rtol", "recheck_timed"):
+    """Negative tolerances are mistakes, reported before any work."""
+    for flag in ("atol", "rtol"):
         v = getattr(args, flag, None)
         if v is not None and v < 0:
             raise UserError(f"--{flag.replace('_', '-')} must be at least 0 (got {v:g})")
@@ -243,8 +212,8 @@ def check_gpus_visible(spec: str | None, flag: str = "--gpus") -> None:
         raise UserError(f"{flag} {spec}: no GPU visible (torch sees no CUDA device)")
 
 
-# Candidate children in flight per GPU unless asked (--lane-depth, the config's
-# DEFAULTS). On the H100 at depth 3: KernelBench levels 1-3's 250 reference copies in one
+# Candidate children in flight per GPU unless the config's DEFAULTS["lane_depth"] says
+# otherwise. On the H100 at depth 3: KernelBench levels 1-3's 250 reference copies in one
 # `check --harness` run in 564.9 s, 112 model-style candidates at 2.36 s a sample, every
 # verdict the serial run's; a 12-16 GiB problem runs with fewer or no neighbours, by its
 # memory plan. On the H200 two runs at depth 1 and two at depth 3 of 50 cached level-2
@@ -253,61 +222,27 @@ def check_gpus_visible(spec: str | None, flag: str = "--gpus") -> None:
 GPU_LANE_DEPTH = 3
 
 
-def lane_depth(asked: int | None, defaults, cpu: bool) -> int:
-    """--lane-depth as asked, else the config's, else GPU_LANE_DEPTH on a GPU and 1 on a
-    CPU, where the children would share the cores their timings run on."""
-    if asked is not None:
-        return asked
+def lane_depth(defaults, cpu: bool) -> int:
+    """The config's DEFAULTS["lane_depth"] when it sets one, else GPU_LANE_DEPTH on a GPU
+    and 1 on a CPU, where the children would share the cores their timings run on."""
     if "lane_depth" in defaults.model_fields_set:
         return defaults.lane_depth
     return 1 if cpu else GPU_LANE_DEPTH
 
 
 def add_execution_flags(p: argparse.ArgumentParser, defaults) -> None:
-    """Where and how candidates build and run (kb_eval.eval, kb_eval.run, kb_eval.check).
-    --lane-depth defaults to None, resolved by the command once it knows the device kind
-    (`lane_depth`)."""
+    """Where and how candidates build and run (kb_eval.eval, kb_eval.run, kb_eval.check);
+    the finer knobs are the config's DEFAULTS (execution_config)."""
     g = p.add_argument_group("building and running candidates")
     g.add_argument("--jobs", type=int, default=None,
                    help="parallel builds (default: the CPU cores + 25%%: builds have serial "
                         "gaps, and run niced so GPU work never waits)")
     g.add_argument("--gpus", default=None,
                    help="GPU ids to evaluate on, comma-separated (default: all visible)")
-    g.add_argument("--cpu-lanes", type=int, default=1,
-                   help="cpp backend: this many device lanes on the CPU, each with its own "
-                        "reference server and timing lock -- stand-ins for GPUs that "
-                        "exercise multi-device scheduling (CI); they share the cores, so "
-                        "their timings are not independent (default: 1)")
     g.add_argument("--build-timeout", type=float, default=defaults.build_timeout_s,
                    help=f"seconds per build (default: {defaults.build_timeout_s:g})")
     g.add_argument("--run-timeout", type=float, default=defaults.run_timeout_s,
                    help=f"seconds per candidate run (default: {defaults.run_timeout_s:g})")
-    depth = (f"{defaults.lane_depth}, from the config" if "lane_depth" in defaults.model_fields_set
-             else f"{GPU_LANE_DEPTH} on a GPU, 1 on a CPU, whose cores the timings share")
-    g.add_argument("--lane-depth", type=int, default=None,
-                   help="candidate children in flight per device: they start, load and run "
-                        "correctness side by side, and their timing steps run one at a time "
-                        "with nothing else on the device (a large problem, by its memory "
-                        f"plan, runs with fewer or no neighbours) (default: {depth})")
-    g.add_argument("--load-budget", type=float, default=defaults.load_budget_s,
-                   help="seconds for a candidate's import, init and first call, where lazy "
-                        "compiles happen; over it: `timeout` (default: "
-                        f"{defaults.load_budget_s:g})")
-    g.add_argument("--call-budget", type=float, default=defaults.call_budget_s,
-                   help="seconds per later call of a candidate (its timing step: per call "
-                        f"made); over it: `timeout` (default: {defaults.call_budget_s:g})")
-    g.add_argument("--mem-limit-mb", type=int, default=defaults.mem_limit_mb,
-                   help=f"host memory per child (default: {defaults.mem_limit_mb})")
-    g.add_argument("--no-pch", action="store_true",
-                   help="do not precompile torch/extension.h for C++ builds (by default the "
-                        "first build makes one, ~45 s, and later builds with the same flags "
-                        "compile their main.cpp about 3x faster)")
-    g.add_argument("--full-cuda-header", action="store_true",
-                   help="compile CUDA files against the real torch/extension.h only (by "
-                        "default a file that includes it is first compiled with a lean "
-                        "header in its place (the Tensor class and factories, about 4x "
-                        "faster), then torch/types.h (about 2x), then the real one, until "
-                        "one compile succeeds)")
     g.add_argument("--cache-dir", type=Path, default=defaults.cache_dir,
                    help=f"build cache and scratch space (default: {defaults.cache_dir})")
     g.add_argument("--no-sandbox", action="store_true",
@@ -319,24 +254,20 @@ def add_execution_flags(p: argparse.ArgumentParser, defaults) -> None:
                         "false")
 
 
-def execution_config(args) -> dict:
-    """EvalConfig fields from add_execution_flags' flags."""
+def execution_config(args, defaults, cpu: bool) -> dict:
+    """EvalConfig fields from add_execution_flags' flags, and the tuning knobs that only
+    the config's DEFAULTS set (lane depth, CPU lanes, time budgets, memory per child, timed
+    calls re-checked, timing budget: docs/FLAGS.md, "Tuning"). `cpu`: candidates run on
+    the CPU."""
     if args.jobs is not None and args.jobs < 1:
         raise UserError(f"--jobs must be at least 1 (got {args.jobs})")
     check_gpus_visible(args.gpus)
     writable_dir(args.cache_dir, "--cache-dir")
-    if not 1 <= args.cpu_lanes <= 8:
-        raise UserError(f"--cpu-lanes must be 1 to 8 (got {args.cpu_lanes})")
-    if not 1 <= args.lane_depth <= 16:
-        raise UserError(f"--lane-depth must be 1 to 16 (got {args.lane_depth})")
-    for flag, value in (("--load-budget", args.load_budget), ("--call-budget", args.call_budget)):
-        if not value > 0:
-            raise UserError(f"{flag} must be a positive number of seconds (got {value:g})")
     cfg = dict(cache_dir=Path(args.cache_dir).resolve(), build_timeout_s=args.build_timeout,
-               run_timeout_s=args.run_timeout, mem_limit_mb=args.mem_limit_mb,
-               pch=not args.no_pch, slim_cuda_header=not args.full_cuda_header,
-               lane_depth=args.lane_depth, cpu_lanes=args.cpu_lanes,
-               load_budget_s=args.load_budget, call_budget_s=args.call_budget,
+               run_timeout_s=args.run_timeout, mem_limit_mb=defaults.mem_limit_mb,
+               lane_depth=lane_depth(defaults, cpu), cpu_lanes=defaults.cpu_lanes,
+               load_budget_s=defaults.load_budget_s, call_budget_s=defaults.call_budget_s,
+               recheck_timed=defaults.recheck_timed,
                devices=[g.strip() for g in args.gpus.split(",")] if args.gpus else None)
     if args.jobs:
         cfg["jobs"] = args.jobs

@@ -72,7 +72,7 @@ class LaunchCounts(BaseModel):
 class CorrectnessInfo(BaseModel):
     # Comparisons made: `trials` = `correct_trials` correctness trials (fresh inputs each)
     # + `shape_probes` (the same call at another batch size) + `rechecked_timed` timed
-    # calls whose outputs were also checked (--recheck-timed).
+    # calls whose outputs were also checked (the config's recheck_timed).
     trials: int = 0
     correct_trials: int = 0
     shape_probes: int = 0

@@ -39,6 +39,12 @@ class Defaults(BaseModel):
     load_budget_s: float = Field(90, gt=0)  # a candidate's import, init and first call
     call_budget_s: float = Field(30, gt=0)  # each later call
     mem_limit_mb: int = Field(16000, ge=256)
+    # Tuning knobs without a flag (docs/FLAGS.md, "Tuning"): stand-in device lanes on a
+    # CPU (CI), timed calls whose outputs are checked too, and the timing budget per sample
+    # in ms (0: always `trials`); kb_eval.eval's EvalConfig and TimingSettings carry them.
+    cpu_lanes: int = Field(1, ge=1, le=8)
+    recheck_timed: int = Field(8, ge=0)
+    timing_budget_ms: float = Field(100.0, ge=0)
 
 
 class Settings(BaseModel):

@@ -8,6 +8,7 @@ small KernelBench folder and exits 0. Problems are the public KernelBench level-
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from candidates.eval_kit import tuned_config
 from kb_eval.eval import EvalConfig, evaluate
 from kb_eval.eval.judge.score import summarize
 from kb_eval.faults import VAR
@@ -92,25 +94,25 @@ def test_harness_takes_the_levels_in_turns():
 def test_children_overlap_on_a_gpu_only_unless_asked():
     """Three children in flight per GPU by default (check --harness, eval, run); on a CPU
     one, since the children would share the cores their timings run on; the config's
-    DEFAULTS["lane_depth"] when it sets one, and an explicit --lane-depth, always win."""
+    DEFAULTS["lane_depth"] when it sets one always wins."""
     from kb_eval.cli import GPU_LANE_DEPTH, lane_depth
     from kb_eval.settings import Defaults
 
     unset, set_to_2 = Defaults(), Defaults(lane_depth=2)
     assert GPU_LANE_DEPTH > 1
-    assert lane_depth(None, unset, cpu=False) == GPU_LANE_DEPTH
-    assert lane_depth(None, unset, cpu=True) == 1
-    assert lane_depth(None, set_to_2, cpu=False) == 2 == lane_depth(None, set_to_2, cpu=True)
-    assert lane_depth(2, unset, cpu=True) == 2 and lane_depth(1, set_to_2, cpu=False) == 1
+    assert lane_depth(unset, cpu=False) == GPU_LANE_DEPTH
+    assert lane_depth(unset, cpu=True) == 1
+    assert lane_depth(set_to_2, cpu=False) == 2 == lane_depth(set_to_2, cpu=True)
 
 
 def test_too_large_problem_is_not_the_candidates(kb_folder, tmp_path, build_cache_dir):
     out = tmp_path / "harness.json"
     proc = subprocess.run([sys.executable, "-m", "kb_eval.check", "--harness", "--source",
                            str(kb_folder), "--level", "1", "--problems", "19,101",
-                           "--mem-limit-mb", "3000", "--out", str(out),
-                           "--cache-dir", str(build_cache_dir)],
-                          capture_output=True, text=True, timeout=600)
+                           "--out", str(out), "--cache-dir", str(build_cache_dir)],
+                          capture_output=True, text=True, timeout=600,
+                          env={**os.environ, **tuned_config(tmp_path / "config",
+                                                            mem_limit_mb=3000)})
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     rows = {r["key"].rsplit("/", 1)[1]: r for r in json.loads(out.read_text())["problems"]}
     assert rows["19"]["status"] == "correct"

@@ -3,7 +3,7 @@
 yet no timed call ever overlaps another process's call (a neighbour candidate's or the
 reference server's); verdicts are those of one child at a time; a candidate that
 compiles for ever in its first call is a `timeout` on its load budget and the run goes on;
-two CPU lanes (--cpu-lanes, stand-ins for GPUs) judge alike.
+two CPU lanes (the config's cpu_lanes, stand-ins for GPUs) judge alike.
 
 The problem and the candidates append `pid what start end` for every forward call to one
 log file: `what` is the candidate child's `progress` (its working folder) -- `timing`
@@ -103,19 +103,20 @@ def _write_inputs(root, log, samples):
     return problems.parent, cands
 
 
-def _evaluate(root, depth: int, samples: dict, cache, *extra: str) -> tuple[dict, list]:
+def _evaluate(root, depth: int, samples: dict, cache, **tuning) -> tuple[dict, list]:
     log = root / f"calls_{depth}.log"
     problems, cands = _write_inputs(root / f"d{depth}", log, samples)
     results = root / f"results_{depth}"
-    # --recheck-timed 0: these candidates are timed for the lock, not re-checked.
+    # recheck_timed 0: these candidates are timed for the lock, not re-checked.
     # --no-sandbox: the candidates log their calls, with their pids, to one shared file
     # (a sandboxed child can write only its own scratch, and is pid 2 in its namespace).
     proc = kit.cli("--no-sandbox", "--candidates", str(cands), "--source", str(problems), "--backend", "cpp",
                    "--live-baseline", "--trials", "4", "--warmup", "1", "--correct-trials",
-                   "3", "--recheck-timed", "0", "--run-timeout", "60", "--jobs", "2",
+                   "3", "--run-timeout", "60", "--jobs", "2",
                    "--name", "m", "--run", "r",
                    "--results-dir", str(results), "--cache-dir", str(cache),
-                   "--lane-depth", str(depth), *extra)
+                   env=kit.tuned_config(root / f"config_{depth}", recheck_timed=0,
+                                        lane_depth=depth, **tuning))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = json.loads((results / "m" / "r" / "results.json").read_text())
     calls = [(int(p), w, float(a), float(b)) for p, w, a, b in
@@ -127,9 +128,9 @@ def _evaluate(root, depth: int, samples: dict, cache, *extra: str) -> tuple[dict
 def runs(tmp_path_factory, build_cache_dir):
     root = tmp_path_factory.mktemp("overlap")
     deep = _evaluate(root, 3, {**SAMPLES, LAZY: (600, 0.0)}, build_cache_dir,
-                     "--load-budget", "4")
+                     load_budget_s=4)
     serial = _evaluate(root, 1, SAMPLES, build_cache_dir)
-    lanes = _evaluate(root, 2, SAMPLES, build_cache_dir, "--cpu-lanes", "2")
+    lanes = _evaluate(root, 2, SAMPLES, build_cache_dir, cpu_lanes=2)
     return {"deep": deep, "serial": serial, "lanes": lanes}
 
 
@@ -170,7 +171,7 @@ def test_same_verdicts_as_one_at_a_time(runs):
 
 
 def test_two_cpu_lanes_judge_alike(runs):
-    """--cpu-lanes 2 (stand-ins for two GPUs), two children in flight on each: the same
+    """cpu_lanes=2 (stand-ins for two GPUs), two children in flight on each: the same
     verdicts, each lane with its own reference server."""
     lanes, calls = runs["lanes"]
     serial = runs["serial"][0]
@@ -280,10 +281,11 @@ def test_a_compile_in_init_delays_no_other_timing_step(tmp_path, build_cache_dir
     # sample's build, then its start) and its own stalled compile.
     proc = kit.cli("--no-sandbox", "--candidates", str(cands), "--source", str(problems),
                    "--backend", "cpp", "--live-baseline", "--trials", "4", "--warmup", "1",
-                   "--correct-trials", "3", "--recheck-timed", "0", "--jobs", "2",
-                   "--load-budget", "400", "--run-timeout", "600", "--lane-depth", "3",
+                   "--correct-trials", "3", "--jobs", "2", "--run-timeout", "600",
                    "--name", "m", "--run", "r", "--results-dir", str(results),
-                   "--cache-dir", str(build_cache_dir))
+                   "--cache-dir", str(build_cache_dir),
+                   env=kit.tuned_config(tmp_path / "config", recheck_timed=0,
+                                        load_budget_s=400, lane_depth=3))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert not (faults / "compile_stall").exists(), "the compile was not stalled"
     samples = {s["sample"]: s for s in json.loads(

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from adversarial.evalrun import run_eval
+from candidates.eval_kit import tuned_config
 from kb_eval.eval.judge.confidence import paired_interval, paired_speedup, widened
 from kb_eval.eval.schedule.pairing import reference_rounds_before
 from kb_eval.timing import TimingSettings, kept, own_pace, paired_rounds
@@ -65,9 +66,10 @@ def _eval(tmp_path, build_cache_dir, copies: int):
     # slices), chaos within a round that no pairing removes.
     proc, rec, path = run_eval(entries, backend="cpp", results_dir=tmp_path / "res",
                                cache_dir=build_cache_dir, problems=HERE / "problems",
-                               env={"OMP_NUM_THREADS": "1"},
-                               args=("--trials", "60", "--warmup", "3", "--timing-budget-ms",
-                                     "0", "--correct-trials", "2", "--jobs", "1"))
+                               env={"OMP_NUM_THREADS": "1",
+                                    **tuned_config(tmp_path / "config", timing_budget_ms=0)},
+                               args=("--trials", "60", "--warmup", "3", "--correct-trials",
+                                     "2", "--jobs", "1"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     return rec, json.loads(path.read_text())["summary"]
 
@@ -108,17 +110,19 @@ def test_reference_copies_hold_one_and_a_real_speedup_is_sig(tmp_path, build_cac
 
 
 def test_budget_cuts_the_timed_calls_of_slow_problems_on_both_sides(tmp_path, build_cache_dir):
-    """--timing-budget-ms: a reference call of several ms on this CPU against a 1 ms budget
+    """The timing budget (DEFAULTS["timing_budget_ms"]): a reference call of several ms on this CPU against a 1 ms budget
     leaves one timed call per paired round (20 of the 60 asked), on both sides alike, and
-    the rounds still pair; --timing-budget-ms 0 keeps the 60."""
+    the rounds still pair; a budget of 0 keeps the 60."""
     cand = HERE / "candidates" / "matmul_copy.py"
     counts = {}
     for budget in ("1", "0"):
         proc, rec, _ = run_eval([("fast", "level1/3", cand)], backend="cpp",
                                 results_dir=tmp_path / f"res{budget}", cache_dir=build_cache_dir,
-                                problems=HERE / "problems", env={"OMP_NUM_THREADS": "1"},
+                                problems=HERE / "problems",
+                                env={"OMP_NUM_THREADS": "1", **tuned_config(
+                                    tmp_path / f"config{budget}", timing_budget_ms=float(budget))},
                                 args=("--trials", "60", "--warmup", "1", "--correct-trials", "1",
-                                      "--jobs", "1", "--timing-budget-ms", budget))
+                                      "--jobs", "1"))
         assert proc.returncode == 0, proc.stderr[-3000:]
         r = rec["fast"]
         assert r["correct"] and r["speedup_ci_method"] == "paired_rounds", r

@@ -76,13 +76,12 @@ CASES = [
     ("run", ["--atol", "-1"], "--atol must be at least 0"),
     ("eval", [*EVAL, "--level", "7"], "level 7 not in"),
     ("eval", [*EVAL, "--rtol", "-0.5"], "--rtol must be at least 0"),
-    ("eval", [*EVAL, "--timing-budget-ms", "-1"], "--timing-budget-ms must be 0 or more"),
-    ("run", ["--timing-budget-ms", "nan"], "--timing-budget-ms must be 0 or more"),
     ("baseline", ["--problems", "3-1"], "3-1"),
     ("baseline", ["--trials", "0"], "--trials must be at least 1"),
     ("check", ["--level", "9"], "level 9 not in"),
     ("check", ["--seeds", "1"], "--seeds must be at least 2"),
-    ("check", ["--harness", "--round-spin-up-ms", "-2"], "--round-spin-up-ms must be 0 or more"),
+    # tuning knobs that are the config's DEFAULTS now, not flags
+    ("run", ["--lane-depth", "2"], "unrecognized arguments: --lane-depth"),
     # settings that must not be ignored
     ("run", ["--resume", "--run", "nosuch"], "nothing to resume"),
     ("run", ["--resume"], "no run under"),
@@ -165,29 +164,24 @@ def test_walk_covers_every_command():
     assert {c[0] for c in CASES} == set(CLIS)
 
 
-def test_recheck_default_matches_the_eval_config():
-    """kb_eval.cli keeps the default without importing torch; it must not drift."""
-    from kb_eval.cli import RECHECK_TIMED_DEFAULT
+def test_tuning_defaults_match_the_eval_config():
+    """The config's DEFAULTS carry the knobs that have no flag; their defaults must be the
+    EvalConfig's and TimingSettings' own (kb_eval.settings does not import torch)."""
     from kb_eval.eval.config import EvalConfig
-
-    assert EvalConfig.model_fields["recheck_timed"].default == RECHECK_TIMED_DEFAULT
-    from kb_eval.cli import TIMING_BUDGET_MS_DEFAULT
+    from kb_eval.settings import Defaults
     from kb_eval.timing import TimingSettings
 
-    assert TimingSettings.model_fields["budget_ms"].default == TIMING_BUDGET_MS_DEFAULT
-    from kb_eval.cli import ROUND_SPIN_UP_MS_DEFAULT
-
-    assert TimingSettings.model_fields["round_spin_up_ms"].default == ROUND_SPIN_UP_MS_DEFAULT
-    from kb_eval.cli import LAUNCH_BUDGET_MS_DEFAULT
-
-    assert TimingSettings.model_fields["launch_budget_ms"].default == LAUNCH_BUDGET_MS_DEFAULT
+    d = Defaults()
+    assert EvalConfig.model_fields["recheck_timed"].default == d.recheck_timed
+    assert EvalConfig.model_fields["cpu_lanes"].default == d.cpu_lanes
+    assert TimingSettings.model_fields["budget_ms"].default == d.timing_budget_ms
 
 
 # ------------------------------------------------------------------ --help and shared flags
 def test_every_help_answers_and_run_has_evals_checking_flags(tmp_path):
     """`--help` of every command exits 0; run and eval share the checking flags (run used
     to lack them) and the baseline choice."""
-    shared = ("--atol", "--rtol", "--recheck-timed", "--keep-workdirs", "--quiet",
+    shared = ("--atol", "--rtol", "--keep-workdirs", "--quiet",
               "--live-baseline", "--baseline-compile")
     with ThreadPoolExecutor(max_workers=4) as pool:
         helps = dict(zip(CLIS, pool.map(lambda c: _run(c, ["--help"], tmp_path, None), CLIS)))

@@ -23,9 +23,11 @@ from kb_eval.problems import load_problems
 from kb_eval.settings import load_settings
 from kb_eval.timing import TimingSettings, method_for
 
-# How long a problem whose time the host's pace can set may be timed again for the host's
-# full pace (--host-wait): on the H200 machine slow stretches lasted seconds to minutes,
-# and each core ran at full pace in 20-50 % of 2-s windows (session 18, host_pace.py).
+# How long a problem whose calls spend half or more of their time launching kernels may be
+# timed again, each time once the host CPU runs at its full pace, until two timings agree
+# (the fastest kept; recorded per visit: host_tries, host_full_pace): on the H200 machine
+# slow stretches lasted seconds to minutes, and each core ran at full pace in 20-50 % of
+# 2-s windows (session 18, host_pace.py).
 HOST_WAIT_S = 30.0
 
 
@@ -50,14 +52,6 @@ def parser(defaults) -> Parser:
                         "the trials split between them, so that its calls are spread over "
                         f"the run (default: {on_gpu}" + ("" if on_gpu == 1 else
                                                         " on GPU, 1 on CPU") + ")")
-    p.add_argument("--host-wait", type=float, default=HOST_WAIT_S, metavar="SECONDS",
-                   help="a problem whose calls spend half or more of their time launching "
-                        "kernels (a slower host CPU slows them) is timed again, each time "
-                        "once the host CPU runs at its full pace, until two timings agree, "
-                        "the fastest kept; this long at most (recorded per visit: "
-                        "host_tries, host_full_pace); 0: keep the first timing "
-                        f"(default: {HOST_WAIT_S:g})")
-    p.add_argument("--no-l2-flush", action="store_true", help="do not flush L2 between calls")
     p.add_argument("--device", choices=["cuda", "cpu"], default=None,
                    help="where to time (default: cuda if a GPU is visible, else cpu)")
     p.add_argument("--gpus", default=None,
@@ -99,8 +93,6 @@ def main(argv: list[str] | None = None) -> int:
         least = 0 if flag == "--warmup" else 1
         if value is not None and value < least:
             raise UserError(f"{flag} must be at least {least} (got {value})")
-    if not 0 <= args.host_wait <= 3600:
-        raise UserError(f"--host-wait must be 0 to 3600 seconds (got {args.host_wait:g})")
     output = Path(args.output).expanduser() if args.output else None
     if output is not None:
         if output.is_dir():
@@ -118,14 +110,14 @@ def main(argv: list[str] | None = None) -> int:
     if visits > trials:
         raise UserError(f"--visits {visits} is more than --trials {trials}: each visit "
                         f"times at least one call")
-    timing = TimingSettings(warmup=warmup, trials=trials, flush_l2=not args.no_l2_flush)
+    timing = TimingSettings(warmup=warmup, trials=trials)
     timing.method = method_for(device, timing.flush_l2, timing.launch_cover_ms)
     job = BaselineJob(problems=problems, precision=args.precision,
                       mode=baseline_mode_of(args, d.cache_dir),
                       timing=timing, results_dir=Path(args.results_dir).expanduser(),
                       device=device, gpus=gpus, timeout_s=args.timeout,
                       mem_limit_mb=d.mem_limit_mb, visits=visits,
-                      host_wait_s=args.host_wait, resume=args.resume,
+                      host_wait_s=HOST_WAIT_S, resume=args.resume,
                       retry_failed=args.retry_failed, force=args.force, output=output)
     path, data = run_baseline(job, progress=not args.quiet)
     _print_summary(path, data, [p.key for p in problems])
@@ -184,7 +176,7 @@ def _print_summary(path, data, keys: list[str]) -> None:
     slow = [r.key for r in ok if any(v.host_full_pace is False for v in r.visits or [])]
     if slow:
         print(f"note: {len(slow)} launch-heavy problem(s) did not get two agreeing timings "
-              f"at the host CPU's full pace within --host-wait: their times may differ "
+              f"at the host CPU's full pace within {HOST_WAIT_S:g} s: their times may differ "
               f"between runs by more than the rest: {_some(slow)}")
 
 

@@ -9,11 +9,10 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from kb_eval.cli import (TIMING_BUDGET_MS_DEFAULT, Parser, add_checking_flags, add_count_flag,
-                         add_execution_flags, add_level_flag, add_precision_flag,
-                         add_quiet_flag, add_results_dir_flag, add_timing_budget_flag,
-                         baseline_mode, check_timing_budget, check_tolerances,
-                         execution_config, lane_depth, run_cli, writable_dir)
+from kb_eval.cli import (Parser, add_checking_flags, add_count_flag, add_execution_flags,
+                         add_level_flag, add_precision_flag, add_quiet_flag,
+                         add_results_dir_flag, baseline_mode, check_tolerances,
+                         execution_config, run_cli, writable_dir)
 from kb_eval.errors import UserError
 from kb_eval.ray_cluster import add_executor_flags, executor_config
 from kb_eval.eval.api import RunWriter, evaluate
@@ -64,7 +63,6 @@ def build_parser(defaults) -> argparse.ArgumentParser:
     add_count_flag(p, "--warmup", "untimed calls before timing (at most: with a timing "
                    "budget, calls that are not launch-bound warm up on about 20 ms of "
                    "calls, at least one)", defaults.warmup, defaults.cpu_warmup)
-    add_timing_budget_flag(p, TIMING_BUDGET_MS_DEFAULT)
     p.add_argument("--correct-trials", type=int, default=defaults.correct_trials,
                    help="correctness trials, each with fresh inputs "
                         f"(default: {defaults.correct_trials})")
@@ -82,21 +80,19 @@ def make_config(args, defaults, cuda: bool) -> EvalConfig:
         if v is not None and v < 1:
             raise UserError(f"--{flag.replace('_', '-')} must be at least 1 (got {v})")
     check_tolerances(args)
-    check_timing_budget(args)
     backend = args.backend if args.backend != "auto" else ("cuda" if cuda else "cpp")
-    args.lane_depth = lane_depth(args.lane_depth, defaults, backend == "cpp")
     trials = args.trials or (defaults.cpu_trials if backend == "cpp" else defaults.trials)
     warmup = args.warmup if args.warmup is not None else (
         defaults.cpu_warmup if backend == "cpp" else defaults.warmup)
     cfg = dict(backend=backend, precision=args.precision, correct_trials=args.correct_trials,
                timing=TimingSettings(warmup=warmup, trials=trials,
-                                     budget_ms=args.timing_budget_ms),
-               recheck_timed=args.recheck_timed, atol=args.atol, rtol=args.rtol,
+                                     budget_ms=defaults.timing_budget_ms),
+               atol=args.atol, rtol=args.rtol,
                tolerance=args.tolerance,
                live_baseline=args.live_baseline, results_dir=args.results_dir,
                baseline_mode=baseline_mode(args.baseline_compile),
                keep_workdirs=args.keep_workdirs, count_launches=args.count_launches,
-               **execution_config(args),
+               **execution_config(args, defaults, backend == "cpp"),
                **executor_config(args))
     return EvalConfig(**cfg)
 

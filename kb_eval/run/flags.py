@@ -12,12 +12,10 @@ import re
 import time
 from pathlib import Path
 
-from kb_eval.cli import (RECHECK_TIMED_DEFAULT, TIMING_BUDGET_MS_DEFAULT, Parser,
-                         add_checking_flags, add_count_flag, add_execution_flags,
+from kb_eval.cli import (Parser, add_checking_flags, add_count_flag, add_execution_flags,
                          add_precision_flag, add_quiet_flag, add_results_dir_flag,
-                         add_selection_flags, add_timing_budget_flag, baseline_mode,
-                         check_timing_budget, check_tolerances, execution_config,
-                         lane_depth)
+                         add_selection_flags, baseline_mode, check_tolerances,
+                         execution_config)
 from kb_eval.errors import UserError
 from kb_eval.ray_cluster import add_executor_flags, executor_config
 
@@ -29,8 +27,7 @@ CPU_QUICK = ("bert", "b64s64")
 # Flags a --resume takes from the run when not given again (so the run stays one run).
 RESUMED_FLAGS = ("source", "level", "problems", "name", "backend", "precision", "prompt",
                  "samples", "turns", "trials", "warmup", "correct_trials", "live_baseline",
-                 "recheck_timed", "atol", "rtol", "baseline_compile", "tolerance",
-                 "timing_budget_ms")
+                 "atol", "rtol", "baseline_compile", "tolerance")
 
 
 def build_parser(defaults) -> Parser:
@@ -101,7 +98,6 @@ def _add_timing_flags(p: Parser, defaults) -> None:
                    defaults.cpu_trials, on_cpu="for cpp on the CPU")
     add_count_flag(p, "--warmup", "untimed calls before timing", defaults.warmup,
                    defaults.cpu_warmup, on_cpu="for cpp on the CPU")
-    add_timing_budget_flag(p, None)
     p.add_argument("--correct-trials", type=int,
                    help=f"correctness trials, fresh inputs each (default: {defaults.correct_trials})")
     add_results_dir_flag(p, defaults.results_dir, "where runs and baselines live")
@@ -114,9 +110,8 @@ def flag_defaults(defaults) -> dict:
             "backend": defaults.backend, "precision": defaults.precision,
             "prompt": "one_shot", "samples": 1, "turns": 1, "trials": None,
             "warmup": None, "correct_trials": defaults.correct_trials,
-            "live_baseline": False, "recheck_timed": RECHECK_TIMED_DEFAULT, "atol": None,
-            "rtol": None, "baseline_compile": None, "tolerance": "f64",
-            "timing_budget_ms": TIMING_BUDGET_MS_DEFAULT}
+            "live_baseline": False, "atol": None, "rtol": None, "baseline_compile": None,
+            "tolerance": "f64"}
 
 
 def fill_flags(args, defaults, stored: dict) -> None:
@@ -136,7 +131,6 @@ def check_numbers(args) -> None:
         if value is not None and value < low:
             raise UserError(f"--{flag.replace('_', '-')} must be at least {low} (got {value})")
     check_tolerances(args)
-    check_timing_budget(args)
     if args.run is not None and not re.fullmatch(r"[A-Za-z0-9_.-]+", args.run):
         raise UserError(f"--run {args.run!r}: use letters, digits, '.', '_' and '-'")
 
@@ -177,18 +171,18 @@ def eval_config(args, defaults, cuda: bool):
 
     backend = args.backend if args.backend != "auto" else ("cuda" if cuda else "cpp")
     on_cpu = backend == "cpp"
-    args.lane_depth = lane_depth(args.lane_depth, defaults, on_cpu)
     args.trials = args.trials or (defaults.cpu_trials if on_cpu else defaults.trials)
     if args.warmup is None:
         args.warmup = defaults.cpu_warmup if on_cpu else defaults.warmup
     cfg = dict(backend=backend, precision=args.precision, correct_trials=args.correct_trials,
                timing=TimingSettings(warmup=args.warmup, trials=args.trials,
-                                     budget_ms=args.timing_budget_ms),
-               live_baseline=bool(args.live_baseline), recheck_timed=args.recheck_timed,
+                                     budget_ms=defaults.timing_budget_ms),
+               live_baseline=bool(args.live_baseline),
                baseline_mode=baseline_mode(args.baseline_compile),
                atol=args.atol, rtol=args.rtol, tolerance=args.tolerance,
                keep_workdirs=args.keep_workdirs, count_launches=args.count_launches,
                # absolute: the build and run children work in other folders
-               results_dir=Path(args.results_dir).resolve(), **execution_config(args),
+               results_dir=Path(args.results_dir).resolve(),
+               **execution_config(args, defaults, on_cpu),
                **executor_config(args))
     return EvalConfig(**cfg)

@@ -68,11 +68,22 @@ def child_env() -> dict[str, str]:
     return {**os.environ, "PATH": wrapper_path(), "PYTHONPATH": path}
 
 
-def cli(*args: str, timeout: float = 900):
+def tuned_config(folder: Path, **defaults) -> dict[str, str]:
+    """The environment of a command whose config's DEFAULTS set these tuning knobs
+    (lane_depth, recheck_timed, ...: they have no flags): a config.py written in
+    `folder`, named by KB_EVAL_CONFIG."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "config.py"
+    path.write_text(f"MODELS = []\nDEFAULTS = {defaults!r}\n")
+    return {"KB_EVAL_CONFIG": str(path)}
+
+
+def cli(*args: str, timeout: float = 900, env: dict | None = None):
     import subprocess
 
     return subprocess.run([sys.executable, "-m", "kb_eval.eval", *args], cwd=REPO,
-                          env=child_env(), capture_output=True, text=True, timeout=timeout)
+                          env={**child_env(), **(env or {})}, capture_output=True, text=True,
+                          timeout=timeout)
 
 
 def source_of(path: Path) -> str:

@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from adversarial.evalrun import REPO, eval_command, read_records, run_eval
+from candidates.eval_kit import tuned_config
 
 pytestmark = pytest.mark.slow
 
@@ -51,7 +52,7 @@ ARGS = ("--jobs", "1", "--trials", "3", "--warmup", "1", "--correct-trials", "2"
         "--run-timeout", "25")
 # Host memory per child: low enough on CPU for host_oom to hit it quickly; a CUDA child's
 # own footprint (context, libraries) needs more.
-MEM_LIMIT_MB = {"cpp": "3000", "cuda": "16000"}
+MEM_LIMIT_MB = {"cpp": 3000, "cuda": 16000}
 
 
 # ------------------------------------------------------------------ helpers
@@ -107,9 +108,9 @@ def evaluate(order, backend, tmp_path_factory, tag, *extra: str) -> dict:
     entries = [(name, key, CANDIDATES / file) for name, file, key in order]
     proc, records, path = run_eval(entries, backend=backend, results_dir=root / "results",
                                    cache_dir=root / "cache",
-                                   args=ARGS + ("--mem-limit-mb", MEM_LIMIT_MB[backend],
-                                                *extra),
-                                   env={"KB_EVAL_FAULT_TOKEN": token})
+                                   args=ARGS + extra,
+                                   env={"KB_EVAL_FAULT_TOKEN": token, **tuned_config(
+                                       root / "config", mem_limit_mb=MEM_LIMIT_MB[backend])})
     leftovers = settled_leftovers(token)
     marked = [p for p in leftovers if p in sandbox_processes(token)]
     kill_leftovers(leftovers)

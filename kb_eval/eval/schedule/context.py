@@ -58,7 +58,8 @@ class EvalContext:
         backend = config.resolved_backend(cuda)
         kind = config.device_kind(cuda)
         if kind == "cuda" and config.cpu_lanes > 1:
-            raise UserError("--cpu-lanes is for the cpp backend on the CPU (GPUs: --gpus)")
+            raise UserError("DEFAULTS[\"cpu_lanes\"] in the config is for the cpp backend on the "
+                            "CPU (GPUs: --gpus)")
         if kind == "cuda" and not cuda:
             raise UserError(f"backend {backend} needs a CUDA GPU and none is visible "
                             f"(use --backend cpp on a CPU machine)")
