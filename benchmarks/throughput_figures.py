@@ -111,7 +111,10 @@ def lock_lines(trace: Path, records: list, wall: float, devices: int) -> list[st
     worst = max(waits, key=lambda w: w.seconds)
     lines.append(f"longest wait {worst.seconds:.2f} s by {names.get(worst.pid, 'pid ' + worst.pid)}"
                  f" on {worst.device}; held meanwhile by:")
-    for overlap, h in _holders(holds[worst.device], worst)[:4]:
+    holders = _holders(holds[worst.device], worst)
+    if not holders:
+        lines[-1] = lines[-1].replace("; held meanwhile by:", "; no other hold meanwhile")
+    for overlap, h in holders[:4]:
         who = names.get(h.pid) or ("a reference server" if exclusive[h.pid] > 1 else
                                    "a child never timed (failed) or a server")
         lines.append(f"    {who} (pid {h.pid}), {h.mode}, {overlap:.2f} s of it")

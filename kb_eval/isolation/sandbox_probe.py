@@ -65,7 +65,9 @@ def _probe_child(policy: Policy, fd: int) -> None:
 def inside(payload: dict, workdir: Path) -> dict:
     """A task that says what a child sees (benchmarks/sandbox_cost.py, tests): its pid,
     the processes in /proc, whether it is sandboxed, and CUDA's state if asked."""
-    seen = {"pid": os.getpid(), "ppid": os.getppid(),
+    from kb_eval.isolation.sandbox import leader_pid
+
+    seen = {"pid": os.getpid(), "ppid": os.getppid(), "leader": leader_pid(),
             "sandboxed": bool(os.environ.get(INSIDE_VAR)),
             "processes": sorted(int(p) for p in os.listdir("/proc") if p.isdigit())}
     if payload.get("cuda"):

@@ -260,6 +260,9 @@ def sandbox_policy(config: EvalConfig) -> sandbox.Policy:
     write += [Path(f) for f in armed_folder()]  # the fault suite's points, fired by children
     for folder in [*write, cache / "nvcc"]:
         folder.mkdir(parents=True, exist_ok=True)
+    if trace := os.environ.get(devlock.TRACE_VAR):  # else hidden under the child's own /tmp
+        Path(trace).touch(exist_ok=True)
+        write.append(Path(trace))
     return sandbox.Policy(write=[str(p) for p in write], read=[str(cache / "nvcc")])
 
 
