@@ -21,8 +21,11 @@ from kb_eval.results import (SCHEMA_VERSION, HardwareInfo, Producer, now_iso, re
                              write_json_atomic)
 from kb_eval.errors import UserError
 
-GPU_MATMUL_SIZES = (2048, 4096, 8192, 12288)
-CPU_MATMUL_SIZES = (512, 1024)
+# (m, n, k) of the matmuls timed for the rate, the best kept: square, and the long-k and
+# wide shapes that two fp32 level-1 references ran 2 % faster than the squares at
+GPU_MATMUL_SHAPES = ((2048,) * 3, (4096,) * 3, (8192,) * 3, (12288,) * 3,
+                     (4096, 4096, 16384), (256, 256, 1 << 19), (2048, 4096, 8192))
+CPU_MATMUL_SHAPES = ((512,) * 3, (1024,) * 3)
 # Bandwidth buffers: at least this (a GPU; a CPU: 64 MiB), and 4x the largest cache. On a
 # GPU large ones: activations over buffers of many GiB stream at up to 0.5 % above a 1 GiB
 # copy's rate (docs/PERFORMANCE.md, speed of light).
@@ -222,8 +225,8 @@ def _read_rate(dev, n: int) -> float:
 
 
 def _matmul_rate(dev, name: str) -> float:
-    """FLOP/s of square torch.matmul at `name` (tf32: fp32 with TF32 allowed), the best
-    over a few sizes."""
+    """FLOP/s of torch.matmul at `name` (tf32: fp32 with TF32 allowed), the best over a
+    few shapes."""
     import torch
 
     dtype = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16,
@@ -232,13 +235,14 @@ def _matmul_rate(dev, name: str) -> float:
     torch.backends.cuda.matmul.allow_tf32 = name == "tf32"
     try:
         best = 0.0
-        for size in (GPU_MATMUL_SIZES if dev.type == "cuda" else CPU_MATMUL_SIZES):
-            a = torch.randn(size, size, device=dev).to(dtype)
-            b = torch.randn(size, size, device=dev).to(dtype)
+        for m, n, k in (GPU_MATMUL_SHAPES if dev.type == "cuda" else CPU_MATMUL_SHAPES):
+            a = torch.randn(m, k, device=dev).to(dtype)
+            b = torch.randn(k, n, device=dev).to(dtype)
             inner = 10 if dev.type == "cuda" else 1
             seconds = _fastest(dev, lambda: torch.matmul(a, b), REPEATS if dev.type ==
                                "cuda" else 3, inner)
-            best = max(best, 2 * size ** 3 / seconds)
+            best = max(best, 2 * m * n * k / seconds)
+            del a, b
         return best
     finally:
         torch.backends.cuda.matmul.allow_tf32 = tf32
