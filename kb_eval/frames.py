@@ -11,8 +11,9 @@ the speed of light is `work.flops`, `work.bytes`, `sol.share` (`sol.flop_share`,
 `sol.byte_share`, `sol.reference_share`) and `sol_counted` (the share sol_p counts);
 the run's own facts are repeated on each row (`model`, `run`, `hardware`, `run_precision`,
 `run_backend`, `run_source`, `baseline_kind`), so frames of several runs concatenate.
-The run stage's extra fields (prompt_tokens, completion_tokens, cost, latency_s,
-code_path, ...) are columns too.
+The run stage's fields (prompt_tokens, completion_tokens, cost, latency_s, code_path,
+...) are columns too (empty for an eval stage's file); a record's own `model` (the run
+stage's) wins over the run's name only where it has one.
 
 Kept out of kb_eval.results so that reading a results file needs no pandas.
 """
@@ -48,6 +49,8 @@ def to_frame(path):
         d["flag_errors"] = sum(f.get("severity") == "error" for f in flags)
         # the speed-of-light share the score counts (None: uncounted or above 1)
         d["sol_counted"] = counted_sol(r)
+        if d.get("model") is None:  # not the run stage's: the run's name stays
+            d.pop("model", None)
         rows.append({**run_cols, **d})
     if not rows:
         return pd.DataFrame(columns=[*run_cols, "key", *SORT, "status"])

@@ -9,8 +9,9 @@ so that `from kb_eval.results import ...` reaches every schema.
 from __future__ import annotations
 
 import re
+from typing import Literal, get_args
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from kb_eval.baseline_file import (  # noqa: F401 - re-exported
     BaselineFile, BaselineRecord, BaselineVisit, baseline_path)
@@ -96,8 +97,29 @@ class CorrectnessInfo(BaseModel):
     tolerance_source: str | None = None
 
 
+# A sample's status. The candidate's: correct | incorrect | compile_error | runtime_error |
+# crashed | timeout | oom | output_flood. The evaluator's or the problem's
+# (HARNESS_STATUSES, counted apart, never a candidate failure): eval_error |
+# reference_error | too_large. The run stage's, for answers never evaluated
+# (kb_eval/run/records.py): inference_error (no answer), no_code | no_model_new |
+# syntax_error (no usable code: kb_eval/inference/extract.py). not_run: not yet judged.
+SampleStatus = Literal[
+    "correct", "incorrect", "compile_error", "runtime_error", "crashed", "timeout", "oom",
+    "output_flood", "eval_error", "reference_error", "too_large", "inference_error",
+    "no_code", "no_model_new", "syntax_error", "not_run"]
+STATUSES: tuple[str, ...] = get_args(SampleStatus)
+
+# Record keys that earlier versions wrote and this one no longer has: dropped when a file
+# is read (SampleRecord._drop_retired), so old results still load; any other unknown key
+# is refused. None so far.
+RETIRED_FIELDS: frozenset[str] = frozenset()
+
+
 class SampleRecord(BaseModel):
-    model_config = {"extra": "allow"}
+    # Every field declared: a misspelt or undeclared one is refused, when a record is
+    # made, assigned to or read back from a file.
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
     key: str
     sample: int = 0
     turn: int = 0
@@ -109,10 +131,7 @@ class SampleRecord(BaseModel):
     sandbox: bool | None = None  # built and run in the sandbox (False: --no-sandbox)
     precision: str = ""
     source_sha256: str = ""
-    # The candidate's: correct | incorrect | compile_error | runtime_error | crashed |
-    # timeout | oom | output_flood. The evaluator's or the problem's (HARNESS_STATUSES,
-    # counted apart, never a candidate failure): eval_error | reference_error | too_large.
-    status: str = "not_run"
+    status: SampleStatus = "not_run"  # SampleStatus above says which is whose
     compiled: bool = False
     correct: bool = False
     error: str | None = None  # one line
@@ -149,7 +168,35 @@ class SampleRecord(BaseModel):
     # sample and the reference reached (kb_eval/work.py, kb_eval/eval/judge/sol.py)
     work: ProblemWork | None = None
     sol: SolShare | None = None
+    # The verdict's: a speedup that no flag voids (the score applies its own rule,
+    # judge/score.counted_speedup; this says it in the file). None: not judged.
+    speedup_counted: bool | None = None
+    # --executor ray (schedule/ray_executor.py): the lane that judged it ("node/device"),
+    # and one note per lane that died while judging it (it was queued again).
+    lane: str | None = None
+    requeued: list[str] | None = None
+    # The answer's facts (kb_eval/run/records.py), None where the sample did not come from
+    # the run stage: the model asked, where its code was saved (under the run's folder;
+    # the eval stage records it too), tokens, USD, seconds of the answering request,
+    # whether it came from the response cache, why it ended, requests sent.
+    model: str | None = None
+    code_path: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cost: float | None = None
+    latency_s: float | None = None
+    response_cached: bool | None = None
+    finish_reason: str | None = None
+    attempts: int | None = None
     finished: str = Field(default_factory=now_iso)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_retired(cls, data):
+        """Keys of earlier versions that this one no longer has (RETIRED_FIELDS), dropped."""
+        if isinstance(data, dict) and RETIRED_FIELDS.intersection(data):
+            data = {k: v for k, v in data.items() if k not in RETIRED_FIELDS}
+        return data
 
 
 # Statuses that say the evaluator (or the problem) could not judge the sample: no verdict

@@ -34,7 +34,7 @@ class CodeFinder:
         return self._by_sha
 
     def code(self, r: SampleRecord) -> str | None:
-        rel = (r.model_extra or {}).get("code_path")
+        rel = r.code_path
         candidates = [self.run_dir / rel] if rel else []
         if r.source_sha256:
             candidates.append(self._index().get(r.source_sha256))
@@ -51,7 +51,6 @@ class CodeFinder:
 
 def sample_view(r: SampleRecord, finder: CodeFinder) -> dict:
     """The JSON the page's detail panel renders (as text, never as HTML)."""
-    extra = r.model_extra or {}
     detail = r.detail or (r.crash.output_tail if r.crash else None)
     return {
         "key": r.key, "name": r.name, "sample": r.sample, "turn": r.turn,
@@ -60,7 +59,7 @@ def sample_view(r: SampleRecord, finder: CodeFinder) -> dict:
         "flags": [f"{f.severity}: {f.code}" + (f" - {f.message}" if f.message else "")
                   for f in r.flags],
         "speedup": r.speedup, "counted_speedup": counted_speedup(r),
-        "speedup_ci": getattr(r, "speedup_ci", None) or extra.get("speedup_ci"),
+        "speedup_ci": r.speedup_ci,
         "candidate_ms": r.timing.median if r.timing else None,
         "baseline_ms": r.baseline.median if r.baseline else None,
         "launches": launches_text(r), "source_sha256": r.source_sha256,

@@ -34,16 +34,15 @@ def usage_totals(records: Iterable[SampleRecord]) -> dict:
     totals = {"answers": 0, "cached_answers": 0, "prompt_tokens": 0, "completion_tokens": 0,
               "cost_usd": None, "latency_s": 0.0}
     for r in records:
-        extra = r.model_extra or {}
-        if "prompt_tokens" not in extra:
+        if r.prompt_tokens is None:  # not an answer of the run stage
             continue
         totals["answers"] += 1
-        totals["cached_answers"] += bool(extra.get("response_cached"))
-        totals["prompt_tokens"] += int(extra.get("prompt_tokens") or 0)
-        totals["completion_tokens"] += int(extra.get("completion_tokens") or 0)
-        totals["latency_s"] += float(extra.get("latency_s") or 0.0)
-        if extra.get("cost") is not None:
-            totals["cost_usd"] = (totals["cost_usd"] or 0.0) + float(extra["cost"])
+        totals["cached_answers"] += bool(r.response_cached)
+        totals["prompt_tokens"] += r.prompt_tokens
+        totals["completion_tokens"] += r.completion_tokens or 0
+        totals["latency_s"] += r.latency_s or 0.0
+        if r.cost is not None:
+            totals["cost_usd"] = (totals["cost_usd"] or 0.0) + r.cost
     totals["latency_s"] = round(totals["latency_s"], 3)
     return totals
 

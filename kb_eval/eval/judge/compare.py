@@ -30,28 +30,29 @@ from kb_eval.eval.judge.truth import Truth, computation_scale
 from kb_eval.eval.schedule.memplan_server import note_peak, release, reset_peak, room_for, with_room
 from kb_eval.eval.wire import outputs
 from kb_eval.eval.wire.labels import label_name
+from kb_eval.eval.wire.reference import CompareRequest
 from kb_eval.faults import inject_fault
 from kb_eval.harness import inputs_for, time_model
 from kb_eval.inputs import cast_tree, make_inputs, precision_dtype, widened
-from kb_eval.timing import TimingSettings, spent
+from kb_eval.timing import spent
 
 _STAGING = outputs.Staging()  # candidates' files are read into it, then copied to the GPU
 
 
-def compare_labels(payload: dict, device: torch.device,
+def compare_labels(payload: CompareRequest, device: torch.device,
                    slots: list[torch.Tensor] | None) -> dict:
-    """{"seen", "diffs", "tolerance"} of the reference on payload["labels"] against the
+    """{"seen", "diffs", "tolerance"} of the reference on payload.labels against the
     candidate's outputs (files, or `slots`: its exported buffers); with the problem's
     floor metrics and a live baseline's timing when the payload asks for them."""
     inject_fault("reference_kill")
     p = loaded_problem(payload, device)
-    compare = payload["compare"]
-    tol = resolve_tolerance(payload["precision"], compare.get("atol"), compare.get("rtol"),
-                            compare.get("rule", "f64"), getattr(p.module, "KB_TOLERANCE", None))
+    compare = payload.compare
+    tol = resolve_tolerance(payload.precision, compare.atol, compare.rtol, compare.rule,
+                            getattr(p.module, "KB_TOLERANCE", None))
     seen: dict[str, dict] = {}
     diffs: dict[str, dict] = {}
     refs = truth = None
-    for label in payload["labels"]:
+    for label in payload.labels:
         kind, i, *rest = label
         label_seed = rest[0] if rest else None
         name = label_name((kind, i, label_seed))
@@ -66,7 +67,7 @@ def compare_labels(payload: dict, device: torch.device,
             seen[name] = {"skipped": f"{type(e).__name__}: {e}".splitlines()[0][:200]}
             continue
         with spent("judge"):  # a lazy truth computed in it counts as "truth" too
-            diffs[name] = judge_file(Path(compare["folder"]) / f"{name}.out", refs,
+            diffs[name] = judge_file(Path(compare.folder) / f"{name}.out", refs,
                                      tol["atol"], tol["rtol"],
                                      _STAGING if device.type == "cuda" else None,
                                      truth if isinstance(truth, list) or callable(truth)
@@ -81,19 +82,18 @@ def compare_labels(payload: dict, device: torch.device,
     return result
 
 
-def _once_per_problem(p: Problem, payload: dict, device: torch.device, result: dict) -> None:
+def _once_per_problem(p: Problem, payload: CompareRequest, device: torch.device, result: dict) -> None:
     """The floor's metrics and a live baseline's timing into `result`, when asked."""
-    if payload.get("metrics"):
+    if payload.metrics:
         with spent("metrics"):
             result["metrics"] = floor_metrics(p, payload, device)
-    if payload.get("timing") is not None:
+    if payload.timing is not None:
         timed = baseline_model(p, payload, device)
         if isinstance(timed, str):
             result["timing_error"] = timed
         else:
-            settings = TimingSettings.model_validate(payload["timing"])
-            result["timing"] = time_model(timed, p.module, payload["seed"],
-                                          payload["precision"], device, settings).model_dump()
+            result["timing"] = time_model(timed, p.module, payload.seed, payload.precision,
+                                          device, payload.timing).model_dump()
 
 
 def _inputs(module: ModuleType, seed: int, kind: str, i: int, label_seed, precision: str,
@@ -104,15 +104,15 @@ def _inputs(module: ModuleType, seed: int, kind: str, i: int, label_seed, precis
     return probe_inputs(inputs) if kind == "shape" else inputs
 
 
-def _reference_outputs(p: Problem, payload: dict, name: str, kind: str, i: int, label_seed,
+def _reference_outputs(p: Problem, payload: CompareRequest, name: str, kind: str, i: int, label_seed,
                        device: torch.device):
     """(outputs, what was seen, float64 truth or why there is none) of the reference on
     one label; kept when the label is the same for every sample (correctness trials, shape
     probe: no seed) and there is room."""
-    want_truth = bool(payload["compare"].get("truth"))
+    want_truth = payload.compare.truth
     if name in p.outputs and (not want_truth or name in p.truth or p.truth_error):
         return p.outputs[name], p.seen[name], p.truth.get(name, p.truth_error)
-    precision, seed = payload["precision"], payload["seed"]
+    precision, seed = payload.precision, payload.seed
     if name in p.outputs:
         tensors, seen = p.outputs[name], p.seen[name]
     else:
@@ -124,7 +124,7 @@ def _reference_outputs(p: Problem, payload: dict, name: str, kind: str, i: int, 
     def keep(truth) -> None:
         kept = [tensors] + ([truth] if isinstance(truth, list) else [])
         if label_seed is None and room_for(tensor_bytes(kept), device,
-                                           payload.get("keep_bytes", 0)):
+                                           payload.keep_bytes):
             p.outputs[name], p.seen[name] = tensors, seen
             if isinstance(truth, list):
                 p.truth[name] = truth

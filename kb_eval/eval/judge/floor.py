@@ -11,20 +11,20 @@ from kb_eval.eval.child.observe import output_tensors
 from kb_eval.eval.child.probes import (copy_bandwidth, empty_call_ms, fingerprints, sync,
                                        tensor_bytes)
 from kb_eval.eval.judge.loaded import Problem
+from kb_eval.eval.wire.reference import CompareRequest
 from kb_eval.harness import inputs_for
 from kb_eval.profile.launches import count_or_error
 from kb_eval.timing import TimingSettings
 from kb_eval.work import count_work
 
 
-def floor_metrics(p: Problem, payload: dict, device: torch.device) -> dict:
+def floor_metrics(p: Problem, payload: CompareRequest, device: torch.device) -> dict:
     """The bytes a call reads and writes, (GPU) the L2 size, and the problem's work
     (FLOPs and compulsory bytes: kb_eval/work.py). Nothing here is timed, so it runs
     beside other samples' untimed work; the device's own figures (an empty call's time,
     a copy's bandwidth) are `device_floor`'s."""
     try:
-        inputs = inputs_for(p.module, payload["seed"], ("correct", 0), payload["precision"],
-                            device)
+        inputs = inputs_for(p.module, payload.seed, ("correct", 0), payload.precision, device)
         with torch.no_grad():
             out = p.model(*inputs)
         sync(device)
@@ -34,8 +34,8 @@ def floor_metrics(p: Problem, payload: dict, device: torch.device) -> dict:
         in_bytes, out_bytes = tensor_bytes(list(inputs)), tensor_bytes(outs)
         peak = None if p.peak_bytes is None else in_bytes + p.peak_bytes
         launches = (count_or_error(lambda: p.model(*inputs), device)  # once per problem
-                    if payload.get("count_launches") else None)
-        work = count_work(p.module, payload["precision"], lambda: (p.model, inputs),
+                    if payload.count_launches else None)
+        work = count_work(p.module, payload.precision, lambda: (p.model, inputs),
                           str(device))
         return {"in_bytes": in_bytes, "out_bytes": out_bytes, "peak_bytes": peak,
                 "launches": launches, "deterministic": deterministic, "l2_bytes": l2,
@@ -44,13 +44,13 @@ def floor_metrics(p: Problem, payload: dict, device: torch.device) -> dict:
         return {"error": f"{type(e).__name__}: {e}"[:300]}
 
 
-def device_floor(timing: dict, device: torch.device, measure_peaks: bool = False) -> dict:
+def device_floor(settings: TimingSettings, device: torch.device,
+                 measure_peaks: bool = False) -> dict:
     """The floor's figures of the device, the same for every problem: an empty call's
-    time through the run's timer (`timing`: its settings) and (GPU) a device copy's
+    time through the run's timer (its `settings`) and (GPU) a device copy's
     bandwidth. Timed: the parent asks once per device and run, holding the device alone
     for this call only (not for a problem's whole first comparison)."""
     try:
-        settings = TimingSettings.model_validate(timing)
         figures = {"empty_call_ms": empty_call_ms(device, settings, []),
                    "copy_bytes_per_s": copy_bandwidth(device)}
         if measure_peaks:  # no peaks file for this machine yet (kb_eval/peaks.py)

@@ -18,6 +18,7 @@ import torch
 from kb_eval.compilers.tvm import baseline_callable as tvm_callable, is_tvm_mode
 from kb_eval.eval.child.calls import Watch
 from kb_eval.eval.child.probes import tensor_bytes
+from kb_eval.eval.wire.reference import ProblemRequest
 from kb_eval.harness import compile_model, load_problem, reference_model
 from kb_eval.inputs import set_precision_flags
 
@@ -59,34 +60,34 @@ class Problem:
 LOADED: OrderedDict[str, Problem] = OrderedDict()  # least recently used first
 
 
-def loaded_problem(payload: dict, device: torch.device) -> Problem:
+def loaded_problem(payload: ProblemRequest, device: torch.device) -> Problem:
     """The problem's module and model, loaded once per (code, precision, seed, device)."""
-    precision = payload["precision"]
-    key = hashlib.sha256(repr((payload["problem_code"], precision, payload["seed"],
+    precision = payload.precision
+    key = hashlib.sha256(repr((payload.problem_code, precision, payload.seed,
                                str(device))).encode()).hexdigest()
     set_precision_flags(precision)  # every call: nothing a problem's code did may linger
     if key in LOADED:
         LOADED.move_to_end(key)
         return LOADED[key]
-    module, init = load_problem(payload["problem_code"], precision, device)
+    module, init = load_problem(payload.problem_code, precision, device)
     LOADED[key] = Problem(module, reference_model(module, init, precision, device))
     while len(LOADED) > MAX_PROBLEMS:
         LOADED.popitem(last=False)
     return LOADED[key]
 
 
-def baseline_model(p: Problem, payload: dict, device: torch.device):
+def baseline_model(p: Problem, payload: ProblemRequest, device: torch.device):
     """What a live baseline times: the reference itself (eager), or the reference compiled
-    as `payload["baseline_mode"]` asks (torch.compile, TVM), built once per problem and
+    as `payload.baseline_mode` asks (torch.compile, TVM), built once per problem and
     mode here, on the problem's own inputs; a string says why the compiler could not."""
-    mode = payload.get("baseline_mode") or "eager"
+    mode = payload.baseline_mode or "eager"
     if mode == "eager":
         return p.model
     if mode not in p.compiled:
         try:
             if is_tvm_mode(mode):
-                p.compiled[mode] = tvm_callable(p.model, p.module, payload["seed"],
-                                                payload["precision"], device, mode)[0]
+                p.compiled[mode] = tvm_callable(p.model, p.module, payload.seed,
+                                                payload.precision, device, mode)[0]
             else:
                 p.compiled[mode] = compile_model(p.model, mode.removeprefix("compile-"))
         except Exception as e:  # noqa: BLE001 - the compiler's limit, nobody's fault

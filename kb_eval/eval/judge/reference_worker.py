@@ -23,6 +23,9 @@ from kb_eval.eval.judge.loaded import LOADED
 from kb_eval.eval.judge.rounds import estimate_call, time_rounds
 from kb_eval.eval.schedule.memplan_server import plan_problem, release
 from kb_eval.eval.wire import device as device_wire
+from kb_eval.eval.wire.reference import (DeviceFloorRequest, EstimateRequest, ExportRequest,
+                                         ExportSpec, FreeRequest, PlanRequest, RoundsRequest,
+                                         ServerRequest, checked_reply, parse_request)
 from kb_eval.timing import SPENT, spent_since
 
 # Per sample in flight (its run folder): the buffers its child copies outputs into (GPU).
@@ -30,29 +33,34 @@ EXCHANGES: dict[str, device_wire.Exported] = {}
 
 
 def compare_sample(payload: dict, workdir: Path) -> dict:
-    """`Model` on payload["labels"], each output compared with the candidate's file for
-    that label in payload["compare"]["folder"] (the candidate child has ended), or with
-    the buffer the file's header names (payload["compare"]["exchange"]: the sample's key,
-    its buffers freed after). Also the server's other calls, by payload key."""
-    device = torch.device(payload["device"])
-    if payload.get("plan"):
-        return plan_problem(payload, device)
-    if payload.get("time_calls"):
-        return time_rounds(payload, device)
-    if payload.get("estimate"):
-        return estimate_call(payload, device)
-    if payload.get("device_floor"):
-        return device_floor(payload["device_floor"], device, bool(payload.get("peaks")))
-    if payload.get("export"):
-        return export_buffers(payload["export"], device)
-    if payload.get("exchange_free"):
-        return free_buffers(payload["exchange_free"])
-    key = payload["compare"].get("exchange")
+    """`Model` on the request's labels, each output compared with the candidate's file
+    for that label in its compare.folder (the candidate child has ended), or with the
+    buffer the file's header names (compare.exchange: the sample's key, its buffers freed
+    after). Also the server's other calls, by the request's kind (wire/reference.py): the
+    request is read as its model and the answer checked against its reply's."""
+    request = parse_request(payload)
+    return checked_reply(request, _answer(request, torch.device(request.device)))
+
+
+def _answer(request: ServerRequest, device: torch.device) -> dict:
+    if isinstance(request, PlanRequest):
+        return plan_problem(request, device)
+    if isinstance(request, RoundsRequest):
+        return time_rounds(request, device)
+    if isinstance(request, EstimateRequest):
+        return estimate_call(request, device)
+    if isinstance(request, DeviceFloorRequest):
+        return device_floor(request.device_floor, device, request.peaks)
+    if isinstance(request, ExportRequest):
+        return export_buffers(request.export, device)
+    if isinstance(request, FreeRequest):
+        return free_buffers(request.exchange_free)
+    key = request.compare.exchange
     if key is not None and key not in EXCHANGES:  # this server is not the one that
         return {"exchange_lost": True}  # exported them (it was started again)
     spent_before = SPENT.copy()
     try:
-        result = compare_labels(payload, device,
+        result = compare_labels(request, device,
                                 EXCHANGES[key].views() if key is not None else None)
     finally:
         free_buffers(key)
@@ -61,17 +69,18 @@ def compare_sample(payload: dict, workdir: Path) -> dict:
     return result
 
 
-def export_buffers(spec: dict, device: torch.device) -> dict:
+def export_buffers(spec: ExportSpec | dict, device: torch.device) -> dict:
     """Buffers for one sample's outputs (wire/device.py), kept until free_buffers: all
     `n` asked, or {"short": True} when they do not fit beside what this server keeps.
     With `give_back` (asked again in a shared turn of the device: references.export), what
     this server keeps of its problems is given back first and as many as then fit are
     made (`at_least` of them, else none), so that a sample short of one buffer still
     sends most of its outputs through the device rather than through files."""
-    free_buffers(spec["key"])  # a retry of the same sample
-    n, nbytes, at_least = int(spec["n"]), int(spec["bytes"]), spec.get("at_least")
+    spec = ExportSpec.model_validate(spec)
+    free_buffers(spec.key)  # a retry of the same sample
+    n, nbytes, at_least = spec.n, spec.bytes, spec.at_least
     try:
-        if spec.get("give_back"):
+        if spec.give_back:
             LOADED.clear()  # kept models and outputs: a later comparison computes them again
             release(device, force=True)
             exported = device_wire.Exported(n, nbytes, device, at_least=at_least)
@@ -86,7 +95,7 @@ def export_buffers(spec: dict, device: torch.device) -> dict:
     except (device_wire.CudaError, ValueError) as e:  # no room, or too many: files
         # (an answer, not a failed call: that would end this server and what it keeps)
         return {"error": str(e)[:300]}
-    EXCHANGES[spec["key"]] = exported
+    EXCHANGES[spec.key] = exported
     return {"handles": exported.handles, "bytes": exported.nbytes}
 
 

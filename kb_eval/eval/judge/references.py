@@ -32,6 +32,10 @@ from kb_eval.eval.judge.server_turns import take_server_seconds  # noqa: F401
 from kb_eval.eval.schedule.context import EvalContext, is_cpu
 from kb_eval.eval.schedule.memplan import IdleMemory, KeptSizes, MemoryPlan, keep_bytes, make_plan
 from kb_eval.eval.wire.labels import parse_label
+from kb_eval.eval.wire.reference import (
+    CompareReply, CompareRequest, CompareSpec, DeviceFloorReply, DeviceFloorRequest,
+    EstimateReply, EstimateRequest, ExportReply, ExportRequest, ExportSpec, FreeRequest,
+    PlanReply, PlanRequest, RoundAnswer, RoundsReply, RoundsRequest, parse_reply)
 from kb_eval.isolation import ChildOutcome, Server
 from kb_eval.peaks import PeaksFile, peaks_path, read_peaks, write_peaks
 from kb_eval.problems import Problem
@@ -109,11 +113,12 @@ class ReferenceStore:
                 return state.plan
             cfg = self.ctx.config
             kept = self.sizes.get(problem.code, cfg.precision)
-            payload = {"plan": True, "drop": drop, "problem_code": problem.code,
-                       "device": self.ctx.torch_device(device), "precision": cfg.precision,
-                       "sizes": kept}
-            out = self._call(device, payload)
-            sizes = self._idle.free(device, (out.result or {}) if out.ok else {})
+            out = self._call(device, PlanRequest(
+                drop=drop, problem_code=problem.code, device=self.ctx.torch_device(device),
+                precision=cfg.precision, sizes=kept).model_dump())
+            answer = (parse_reply(PlanReply, out.result).model_dump(exclude_unset=True)
+                      if out.ok else {})
+            sizes = self._idle.free(device, answer)
             if kept is None and out.ok:
                 self.sizes.put(problem.code, cfg.precision, sizes)
             state.plan = make_plan(sizes, baseline_peak,
@@ -134,14 +139,12 @@ class ReferenceStore:
         with state.lock:
             if not state.estimated:
                 cfg = self.ctx.config
-                out = self._call(device, {
-                    "estimate": True, "problem_code": problem.code,
-                    "device": self.ctx.torch_device(device), "precision": cfg.precision,
-                    "seed": self.ctx.problem_seed(problem), "baseline_mode": cfg.baseline_mode})
-                ms, launch = ((out.result or {}).get(k) if out.ok else None
-                              for k in ("ms", "launch_ms"))
-                state.call_ms = float(ms) if isinstance(ms, (int, float)) else None
-                state.launch_ms = float(launch) if isinstance(launch, (int, float)) else None
+                out = self._call(device, EstimateRequest(
+                    problem_code=problem.code, device=self.ctx.torch_device(device),
+                    precision=cfg.precision, seed=self.ctx.problem_seed(problem),
+                    baseline_mode=cfg.baseline_mode).model_dump())
+                answer = parse_reply(EstimateReply, out.result) if out.ok else EstimateReply()
+                state.call_ms, state.launch_ms = answer.ms, answer.launch_ms
                 state.estimated = True
             return budgeted(settings, state.call_ms, state.launch_ms)
 
@@ -154,18 +157,24 @@ class ReferenceStore:
         """`n` buffers of `nbytes` on `device` for one sample's outputs (wire/device.py),
         or as many as fit but no fewer than `at_least`: {"handles", "bytes"} for the
         child's payload, or None (files then) when the server could not allocate them."""
-        spec = {"key": key, "n": n, "bytes": nbytes, "at_least": at_least}
-        out = self._call(device, {"export": spec, "device": self.ctx.torch_device(device)})
-        if out.ok and (out.result or {}).get("short"):
+        spec = ExportSpec(key=key, n=n, bytes=nbytes, at_least=at_least)
+        answer = self._export(device, spec)
+        if answer is not None and answer.short:
             # the server gives back what it keeps, then makes what fits: in a shared turn,
             # never beside a timing step (its reference rounds keep theirs to the end)
-            out = self._call(device, {"export": {**spec, "give_back": True},
-                                      "device": self.ctx.torch_device(device)})
-        return out.result if out.ok and (out.result or {}).get("handles") else None
+            answer = self._export(device, spec.model_copy(update={"give_back": True}))
+        return (answer.model_dump(exclude_unset=True)
+                if answer is not None and answer.handles else None)
+
+    def _export(self, device: str, spec: ExportSpec) -> ExportReply | None:
+        out = self._call(device, ExportRequest(export=spec,
+                                               device=self.ctx.torch_device(device)).model_dump())
+        return parse_reply(ExportReply, out.result) if out.ok else None
 
     def free_exchange(self, device: str, key: str) -> None:
         """The sample's buffers freed (a comparison frees them itself)."""
-        self._call(device, {"exchange_free": key, "device": self.ctx.torch_device(device)})
+        self._call(device, FreeRequest(exchange_free=key,
+                                       device=self.ctx.torch_device(device)).model_dump())
 
     def compare(self, problem: Problem, labels: list[str], folder: Path,
                 device: str, exchange: Exchange | None = None,
@@ -205,18 +214,18 @@ class ReferenceStore:
         if exchange is not None:
             exchange.sent = True  # the server frees the buffers once it compared
         truth = state.plan is None or state.plan.truth_reason is None
-        payload = {"problem_code": problem.code, "device": self.ctx.torch_device(device),
-                   "precision": cfg.precision, "seed": self.ctx.problem_seed(problem),
-                   "labels": [parse_label(lb) for lb in labels],
-                   "compare": {"folder": str(folder), "atol": cfg.atol, "rtol": cfg.rtol,
-                               "rule": cfg.tolerance, "truth": truth,
-                               "exchange": exchange.key if exchange else None},
-                   "timing": cfg.timing.model_dump() if want_timing else None,
-                   "baseline_mode": cfg.baseline_mode,
-                   "metrics": state.metrics is None,
-                   "count_launches": cfg.counts_launches(self.ctx.device_kind),
-                   "keep_bytes": keep_bytes(cfg.mem_limit_mb)}
-        out = self._call(device, payload)
+        request = CompareRequest(
+            problem_code=problem.code, device=self.ctx.torch_device(device),
+            precision=cfg.precision, seed=self.ctx.problem_seed(problem),
+            labels=[parse_label(lb) for lb in labels],
+            compare=CompareSpec(folder=str(folder), atol=cfg.atol, rtol=cfg.rtol,
+                                rule=cfg.tolerance, truth=truth,
+                                exchange=exchange.key if exchange else None),
+            timing=cfg.timing if want_timing else None, baseline_mode=cfg.baseline_mode,
+            metrics=state.metrics is None,
+            count_launches=cfg.counts_launches(self.ctx.device_kind),
+            keep_bytes=keep_bytes(cfg.mem_limit_mb))
+        out = self._call(device, request.model_dump())
         if not out.ok:
             # An exception of the reference's own code on its own trials fails the
             # problem; a server that died or was killed is the evaluator's fault.
@@ -226,18 +235,19 @@ class ReferenceStore:
             if out.status != "error":
                 state.crash = crash_info("reference", out)
             return ReferenceRun(state)
-        result = out.result or {}
-        if result.get("exchange_lost"):
+        result = parse_reply(CompareReply, out.result)
+        if result.exchange_lost:
             return ReferenceRun(state, exchange_lost=True)
-        if result.get("metrics") is not None and state.metrics is None:
-            state.metrics = self._with_device_floor(result["metrics"], device)
+        if result.metrics is not None and state.metrics is None:
+            state.metrics = self._with_device_floor(
+                result.metrics.model_dump(exclude_unset=True), device)
         if want_timing:
             state.timed = True
-            state.timing_error = result.get("timing_error")
+            state.timing_error = result.timing_error
             if state.timing_error is None:
-                state.timing = TimingStats.model_validate(result["timing"])
-        return ReferenceRun(state, seen=result.get("seen", {}), diffs=result.get("diffs", {}),
-                            tolerance=result.get("tolerance") or {})
+                state.timing = result.timing
+        return ReferenceRun(state, seen=result.seen, diffs=result.diffs,
+                            tolerance=result.tolerance)
 
     def _with_device_floor(self, metrics: dict, device: str) -> dict:
         """A problem's floor metrics with the device's own figures (device_floor): taken
@@ -249,10 +259,11 @@ class ReferenceStore:
             if device not in self._device_floors:
                 known = read_peaks(peaks_path(self.ctx.config.results_dir,
                                               self.ctx.hardware.slug), self.ctx.hardware)
-                out = self._call(device, {"device_floor": self.ctx.config.timing.model_dump(),
-                                          "device": self.ctx.torch_device(device),
-                                          "peaks": known is None})
-                figures = (out.result or {}) if out.ok else {"error": out.describe()}
+                out = self._call(device, DeviceFloorRequest(
+                    device_floor=self.ctx.config.timing, device=self.ctx.torch_device(device),
+                    peaks=known is None).model_dump())
+                figures = (parse_reply(DeviceFloorReply, out.result).model_dump(
+                    exclude_unset=True) if out.ok else {"error": out.describe()})
                 self._device_floors[device] = self._with_peaks(figures, known)
         figures = self._device_floors[device]
         if "error" in figures:  # the floor goes on with the problem's bytes alone
@@ -277,28 +288,24 @@ class ReferenceStore:
         time ("launch_ms", GPU). Not under the device lock: the sample's candidate child
         holds it alone for its whole timing step, rounds of both sides included."""
         cfg, server = self.ctx.config, self.servers[device]
-        payload = {"time_calls": True, "rounds": rounds, "problem_code": problem.code,
-                   "device": self.ctx.torch_device(device), "precision": cfg.precision,
-                   "seed": self.ctx.problem_seed(problem), "timing": settings.model_dump(),
-                   "baseline_mode": cfg.baseline_mode}
+        payload = RoundsRequest(
+            rounds=rounds, problem_code=problem.code, device=self.ctx.torch_device(device),
+            precision=cfg.precision, seed=self.ctx.problem_seed(problem), timing=settings,
+            baseline_mode=cfg.baseline_mode).model_dump()
         with self._server_locks[device].held(payload):
             out = server.call(payload, timeout_s=cfg.run_timeout_s, mem_limit_mb=cfg.mem_limit_mb)
-        answers = (out.result or {}).get("rounds") if out.ok else None
-        if not isinstance(answers, list) or len(answers) != len(rounds):
-            why = (out.result or {}).get("error") if out.ok else None
-            raise RuntimeError(f"reference rounds {rounds}: {why or out.describe()}")
-        return [self._round(r, k, answer) for r, k, answer in zip(rounds, ks, answers)]
+        answer = parse_reply(RoundsReply, out.result) if out.ok else RoundsReply()
+        if answer.rounds is None or len(answer.rounds) != len(rounds):
+            raise RuntimeError(f"reference rounds {rounds}: {answer.error or out.describe()}")
+        return [self._round(r, k, a) for r, k, a in zip(rounds, ks, answer.rounds)]
 
     @staticmethod
-    def _round(r: int, k: int, answer: dict) -> dict:
+    def _round(r: int, k: int, answer: RoundAnswer) -> dict:
         """One round's answer, checked: `k` times."""
-        ms = answer.get("ms")
-        if not isinstance(ms, list) or len(ms) != k:
-            raise RuntimeError(f"reference round {r}: {answer.get('error') or 'no times'}")
-        launch = answer.get("launch_ms")
-        return {"ms": [float(x) for x in ms], "busy_ms": float(answer.get("busy_ms") or 0),
-                "launch_ms": None if launch is None else float(launch),
-                "spent": dict(answer.get("spent") or {})}
+        if answer.ms is None or len(answer.ms) != k:
+            raise RuntimeError(f"reference round {r}: {answer.error or 'no times'}")
+        return {"ms": list(answer.ms), "busy_ms": answer.busy_ms,
+                "launch_ms": answer.launch_ms, "spent": dict(answer.spent)}
 
     def server_pid(self, device: str) -> int | None:
         """The pid of `device`'s server, if it is running."""

@@ -11,13 +11,14 @@ from kb_eval.eval.child.calls import TimedCalls
 from kb_eval.eval.child.probes import sync
 from kb_eval.eval.judge.loaded import LOADED, baseline_model, loaded_problem
 from kb_eval.eval.schedule.memplan_server import release, with_room
+from kb_eval.eval.wire.reference import EstimateRequest, RoundsRequest
 from kb_eval.faults import inject_fault
 from kb_eval.harness import inputs_for
 from kb_eval.timing import (SPENT, TimingSettings, busy_ms_before_quiet, kept, paired_rounds,
                             round_timer, spent, spent_since, take_launch_ms, time_calls)
 
 
-def time_rounds(payload: dict, device: torch.device) -> dict:
+def time_rounds(payload: RoundsRequest, device: torch.device) -> dict:
     """The rounds `rounds` of a paired timing, back to back: the ones due at one
     handshake, in one call (each server call costs the candidate's timing step time).
     Each round makes its calls of the reference, each on fresh inputs drawn before its
@@ -31,10 +32,10 @@ def time_rounds(payload: dict, device: torch.device) -> dict:
     allocator blocks); out of memory again, the answer says so and the sample keeps its
     unpaired timing (the server survives such an error: server_turns.out_of_memory)."""
     answers = []
-    for i, r in enumerate(payload["rounds"]):
+    for i, r in enumerate(payload.rounds):
         def one_round(r=r, first=i == 0) -> dict:
             inject_fault("round_oom", torch.OutOfMemoryError)
-            return _time_round(payload, device, int(r), wait_quiet=first)
+            return _time_round(payload, device, r, wait_quiet=first)
 
         try:
             answers.append(with_room(one_round, device, give_back=_give_back_cached))
@@ -54,15 +55,15 @@ def _give_back_cached(device: torch.device) -> None:
     release(device, force=True)
 
 
-def _time_round(payload: dict, device: torch.device, r: int, wait_quiet: bool) -> dict:
+def _time_round(payload: RoundsRequest, device: torch.device, r: int, wait_quiet: bool) -> dict:
     entered, spent_before = clocks.perf_counter(), SPENT.copy()
     p = loaded_problem(payload, device)
-    settings = TimingSettings.model_validate(payload["timing"])
-    module, seed, precision = p.module, payload["seed"], payload["precision"]
+    settings = payload.timing
+    module, seed, precision = p.module, payload.seed, payload.precision
 
     timed = baseline_model(p, payload, device)
     if isinstance(timed, str):  # the compiler's limit: an answer, not a failed server call
-        return {"error": f"no {payload.get('baseline_mode')} baseline: {timed}"}
+        return {"error": f"no {payload.baseline_mode} baseline: {timed}"}
     # Kernels the stopped candidate queued may still run: wait them out, so that they
     # never slow the reference's round, and report how long (phases.pair_busy_max). Once
     # per call: the candidate stays stopped until its last round has ended.
@@ -110,7 +111,7 @@ def _untimed_calls(calls: TimedCalls, settings: TimingSettings, r: int,
     return timer
 
 
-def estimate_call(payload: dict, device: torch.device) -> dict:
+def estimate_call(payload: EstimateRequest, device: torch.device) -> dict:
     """{"ms": a rough time of one call of what paired rounds time (the baseline model),
     "launch_ms": the part of it until the call returned (its launches, on a GPU), or
     None}: the second of two synchronized calls, by the host's clock. It sizes each
@@ -120,7 +121,7 @@ def estimate_call(payload: dict, device: torch.device) -> dict:
     timed = baseline_model(p, payload, device)
     if isinstance(timed, str):
         return {"ms": None}
-    inputs = inputs_for(p.module, payload["seed"], ("timing", -1), payload["precision"], device)
+    inputs = inputs_for(p.module, payload.seed, ("timing", -1), payload.precision, device)
     with torch.no_grad():
         for _ in range(2):
             started = clocks.perf_counter()

@@ -19,6 +19,7 @@ from kb_eval.eval.child.observe import output_tensors
 from kb_eval.eval.child.probes import tensor_bytes
 from kb_eval.eval.judge.loaded import LOADED, Problem
 from kb_eval.eval.judge.meta_rnn import shape_only_rnns
+from kb_eval.eval.wire.reference import PlanRequest
 from kb_eval.harness import load_problem
 from kb_eval.inputs import make_init_inputs, make_inputs, precision_dtype
 from kb_eval.work import bounded
@@ -90,28 +91,28 @@ def release(device: torch.device, force: bool = False) -> None:
         torch.cuda.empty_cache()
 
 
-def plan_problem(payload: dict, device: torch.device) -> dict:
+def plan_problem(payload: PlanRequest, device: torch.device) -> dict:
     """What the memory plan needs, allocating nothing of the problem's size: the bytes of
     its inputs and outputs (from `get_inputs` and a forward on the meta device, where
-    tensors have shapes but no memory; or `payload["sizes"]`, kept from an earlier run:
+    tensors have shapes but no memory; or `payload.sizes`, kept from an earlier run:
     memplan.KeptSizes), its weights, and what the device offers once this process has
     released what it does not keep. Everything kept dropped first when asked (`drop`: a
     retry after a candidate ran out of memory)."""
-    if payload.get("drop"):
+    if payload.drop:
         LOADED.clear()
-    release(device, force=bool(payload.get("drop")))
-    plan = dict(payload.get("sizes") or {}) or _problem_sizes(payload, device)
+    release(device, force=payload.drop)
+    plan = dict(payload.sizes or {}) or _problem_sizes(payload, device)
     if device.type == "cuda":
         plan["free_bytes"], plan["total_bytes"] = torch.cuda.mem_get_info(device)
         plan["reserved_bytes"] = torch.cuda.memory_reserved(device)  # this server's own
     return plan
 
 
-def _problem_sizes(payload: dict, device: torch.device) -> dict:
+def _problem_sizes(payload: PlanRequest, device: torch.device) -> dict:
     """The bytes of the problem's inputs, outputs and weights, from the meta device."""
-    module, init = load_problem(payload["problem_code"], payload["precision"], device)
+    module, init = load_problem(payload.problem_code, payload.precision, device)
     plan: dict = {"in_bytes": None, "out_bytes": None}
-    dtype = precision_dtype(payload["precision"])
+    dtype = precision_dtype(payload.precision)
     try:
         _meta_ready()  # its imports (seconds) before any meta op and the bounded forward
         meta_inputs = make_inputs(module.get_inputs, 0, "meta", dtype)

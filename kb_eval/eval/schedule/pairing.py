@@ -29,6 +29,7 @@ from kb_eval import clocks
 from kb_eval.eval.schedule import pinning
 from kb_eval.isolation.procs import stat_fields
 from kb_eval.eval.child.paired import ROUNDS_FILE
+from kb_eval.eval.wire.protocol import PairedTiming
 from kb_eval.timing import (SLOW_CUT_MIN_ROUNDS, TimingSettings, cut_rounds, kept,
                             paired_rounds)
 
@@ -196,25 +197,23 @@ def start_pairing(ctx, refs, problem, device: str, run_dir: Path, payload: dict,
     return pairing
 
 
-def finish_pairing(pairing: Pairing | None) -> dict | None:
-    """What the verdict needs: {"rounds": the reference's times per round} or
-    {"error": why not}; None when the sample was not paired. With the rounds, "busy_ms":
-    the longest the GPU stayed busy with other work while the candidate was stopped,
-    "launch_ms": the reference's median launch time (None on a CPU), and the seconds of
-    the reference's rounds: "ref_wall_s" from stop to resume, "ref_calls_s" in its timed
-    calls, "ref_spent" the server's account of its rounds by part (timing.SPENT). And
-    "timing", the settings both sides used, when the candidate was timed in fewer rounds
+def finish_pairing(pairing: Pairing | None) -> PairedTiming | None:
+    """What the verdict needs (wire/protocol.PairedTiming): the reference's times per
+    round, or why there are none; None when the sample was not paired. With the rounds,
+    the longest the GPU stayed busy with other work while the candidate was stopped, the
+    reference's median launch time (None on a CPU) and the seconds of its rounds. And
+    `timing`, the settings both sides used, when the candidate was timed in fewer rounds
     (timing.slow_cut)."""
     if pairing is None:
         return None
     ref = pairing.finish()
     # the settings both sides timed with, when the candidate was timed in fewer rounds
-    cut = {"timing": pairing.settings} if pairing.cut else {}
+    cut = pairing.settings if pairing.cut else None
     if ref is None:
-        return {"error": pairing.error, **cut}
+        return PairedTiming(error=pairing.error, timing=cut)
     launches = pairing.launch_ms
-    return {"rounds": [ref[r] for r in range(pairing.rounds)], **cut,
-            "busy_ms": pairing.busy_ms,
-            "launch_ms": statistics.median(launches) if launches else None,
-            "ref_wall_s": pairing.ref_wall_s, "ref_calls_s": pairing.ref_calls_s,
-            "ref_spent": pairing.ref_spent}
+    return PairedTiming(rounds=[ref[r] for r in range(pairing.rounds)], timing=cut,
+                        busy_ms=pairing.busy_ms,
+                        launch_ms=statistics.median(launches) if launches else None,
+                        ref_wall_s=pairing.ref_wall_s, ref_calls_s=pairing.ref_calls_s,
+                        ref_spent=pairing.ref_spent)

@@ -1,10 +1,12 @@
 """The messages across the candidate's process boundary, typed: what the parent tells a
 candidate's run child (`CandidateTask`), checked when it is sent and parsed again when
-it is read (child/worker.py), so neither side reads a key the other never wrote."""
+it is read (child/worker.py), so neither side reads a key the other never wrote; and
+what the parent's pairing thread makes of the child's paired rounds for the verdict
+(`PairedTiming`). The reference server's messages are wire/reference.py's."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -36,3 +38,31 @@ class CandidateTask(BaseModel):
     paired: PairedSpec | None = None  # paired timing's folder (schedule/pairing.py)
     exchange: dict | None = None  # output buffers on the device (wire/device.py's spec)
     gate: str | None = None  # the verdict gate's folder (schedule/gate.py)
+
+
+class PairedTiming(BaseModel):
+    """A sample's paired timing, as schedule/pairing.finish_pairing hands it to the verdict
+    (judge/verdict.py) and the sample's phases (schedule/sample.py): the reference's
+    rounds, or why there are none. Read by key as well (`get`, `[]`), as its readers read
+    the dict it replaces; a key that is no field is refused."""
+    model_config = ConfigDict(extra="forbid")
+
+    rounds: list[list[float]] | None = None  # the reference's times, per round
+    error: str | None = None  # why the pairing failed (the unpaired interval stays)
+    timing: TimingSettings | None = None  # the settings both sides used, when cut
+    busy_ms: float = 0.0  # the longest the GPU stayed busy with other work, stopped
+    launch_ms: float | None = None  # the reference's median launch time (GPU)
+    ref_wall_s: float = 0.0  # the reference's rounds from stop to resume
+    ref_calls_s: float = 0.0  # of it, in its timed calls
+    ref_spent: dict[str, float] = Field(default_factory=dict)  # the server's account
+
+    def get(self, key: str, default: Any = None) -> Any:
+        if key not in type(self).model_fields:
+            raise KeyError(f"PairedTiming has no field {key!r}")
+        value = getattr(self, key)
+        return default if value is None else value
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in type(self).model_fields:
+            raise KeyError(key)
+        return getattr(self, key)
