@@ -23,9 +23,8 @@ import pytest
 from candidates import eval_kit as kit
 from kb_eval.eval import EvalConfig, evaluate
 from kb_eval.eval.schedule import pch
-from kb_eval.eval.schedule.build import (MARKER, Builder, cache_key, compile_error_line,
-                                         is_diagnosed, toolchain_fault,
-                                         toolchain_fingerprint)
+from kb_eval.eval.child.build_task import compile_error_line, is_diagnosed, toolchain_fault
+from kb_eval.eval.schedule.build import MARKER, Builder, cache_key, toolchain_fingerprint
 from kb_eval.problems import load_problems, reference_copy
 from kb_eval.timing import TimingSettings
 

@@ -11,7 +11,8 @@ import torch
 
 from kb_eval.errors import UserError
 from kb_eval.eval.judge.crashes import crash_info
-from kb_eval.eval.schedule.build import cache_key, needs_build, quick_check, trim_compiler_output
+from kb_eval.eval.child.build_task import trim_compiler_output
+from kb_eval.eval.schedule.build import cache_key, needs_build, quick_check
 from kb_eval.eval.candidates import find_candidates
 from kb_eval.eval.wire import outputs
 from kb_eval.eval.judge.correctness import compare_outputs, info_from_diffs, judge_file, tolerances

@@ -1,6 +1,7 @@
 """A compile a candidate starts in its first forward, or in an `__init__` that compiles
 only with a GPU in sight, runs in the build pool, not on the device lane
-(kb_eval/eval/schedule/first_call.py). Real compiler, real children, cpp."""
+(kb_eval/eval/schedule/first_call.py; the child's side: eval/child/first_call_task.py).
+Real compiler, real children, cpp."""
 
 from __future__ import annotations
 
@@ -87,7 +88,7 @@ def test_the_call_sees_a_gpu_and_torchs_build_code_the_truth():
     import torch
     import torch.utils.cpp_extension as cpp
 
-    from kb_eval.eval.schedule.first_call import gpu_in_sight
+    from kb_eval.eval.child.first_call_task import gpu_in_sight
 
     real, seen = cpp._jit_compile, []
     cpp._jit_compile = lambda: seen.append((torch.cuda.is_available(),

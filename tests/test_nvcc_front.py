@@ -195,7 +195,7 @@ def test_a_real_candidate_builds_loads_and_computes(tmp_path, monkeypatch, name,
 
 
 def test_a_crash_of_the_front_is_ours_not_the_candidates():
-    from kb_eval.eval.schedule.build import toolchain_fault
+    from kb_eval.eval.child.build_task import toolchain_fault
 
     text = ('Traceback (most recent call last):\n  File "/x/kb_eval/eval/schedule/nvcc_front.py"'
             ', line 90, in main\nKeyError: \'KB_NVCC_REAL\'\nninja: build stopped')
@@ -217,8 +217,16 @@ def test_both_fronts_obey_the_same_bypass():
     assert nvcc_front.BYPASS_VAR == pch.BYPASS_VAR
 
 
+def test_the_build_child_reads_the_fronts_notes_by_their_own_names():
+    """build_task keeps its own copy (no scheduler module where candidate code runs)."""
+    from kb_eval.eval.child import build_task
+
+    assert build_task.HEADER_MARKER == nvcc_front.MARKER_SUFFIX
+    assert build_task.HEADER_TIERS == (*nvcc_front.TIERS, "full")
+
+
 def test_the_build_reports_each_header_its_cuda_files_used_in_tier_order(tmp_path):
-    from kb_eval.eval.schedule.build import cuda_header
+    from kb_eval.eval.child.build_task import cuda_header
 
     assert cuda_header(tmp_path) is None  # no CUDA file
     for name, header in (("a", "full"), ("b", "lean"), ("c", "lean")):

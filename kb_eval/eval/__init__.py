@@ -4,12 +4,13 @@
     for record in evaluate(pairs, EvalConfig(backend="cuda")): ...
 
 The tree shows the trust boundary:
-  child/     runs inside a candidate's process: the worker, the per-call probes and
-             observations, the tripwires (imports nothing from judge/)
+  child/     runs inside a candidate's processes: the run child's worker, its per-call
+             probes and observations, the tripwires; the build child's build_task and
+             first_call_task (imports nothing from judge/ or schedule/)
   judge/     trusted: the reference server and its client, correctness, guards, rules,
              static checks, crash naming, scores (never imports candidate code)
   wire/      what both agree on: label names and raw output files (plain data)
-  schedule/  the main process's scheduling: builds and their cache, the compiler front,
+  schedule/  the main process's scheduling: builds and their cache, the compiler fronts,
              one lane per device, one sample end to end, the escapee sweep, the context
   config (EvalConfig), api (evaluate, RunWriter), candidates + cli (python -m kb_eval.eval).
 """

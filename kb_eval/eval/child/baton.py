@@ -25,6 +25,7 @@ import os
 import socket
 import threading
 import time
+from pathlib import Path
 
 from kb_eval.isolation.sandbox import leader_pid
 
@@ -34,6 +35,15 @@ _TRIES = 10  # lock files replaced under us this often in a row: wait as torch d
 
 class _NoFlockHere(OSError):
     """The file system cannot link or flock: torch's baton instead."""
+
+
+def use_build_dirs(ext: str | None) -> None:
+    """Where load_inline and Triton find (or put) this source's build: its cache folder
+    (run and build children alike)."""
+    if ext:
+        install()  # a killed child's build lock must not stall the next load
+        os.environ["TORCH_EXTENSIONS_DIR"] = ext
+        os.environ["TRITON_CACHE_DIR"] = str(Path(ext) / "triton")
 
 
 def install() -> None:

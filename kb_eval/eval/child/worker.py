@@ -26,7 +26,6 @@ fixed sizes) the result so far is written to `before_probe.json`.
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import traceback
 from pathlib import Path
@@ -40,7 +39,7 @@ from kb_eval import clocks
 from kb_eval.devlock import DeviceLock
 from kb_eval.eval.wire.protocol import CandidateTask
 from kb_eval.eval.wire import device as device_wire, outputs
-from kb_eval.eval.child import baton
+from kb_eval.eval.child.baton import use_build_dirs
 from kb_eval.eval.child.gate import may_time
 from kb_eval.eval.child.calls import TimedCalls, Watch, round_ends
 from kb_eval.eval.child.compiles import CompileTurn, around_compiles, yield_turn
@@ -91,14 +90,6 @@ def failure(status: str, phase: str, exc: BaseException) -> dict:
         status = "oom"
     return {"status": status, "phase": phase, "error": text.splitlines()[0][:500],
             "detail": traceback.format_exc()[-6000:]}
-
-
-def use_build_dirs(ext: str | None) -> None:
-    """Where load_inline and Triton find (or put) this source's build: its cache folder."""
-    if ext:
-        baton.install()  # a killed child's build lock must not stall the next load
-        os.environ["TORCH_EXTENSIONS_DIR"] = ext
-        os.environ["TRITON_CACHE_DIR"] = str(Path(ext) / "triton")
 
 
 # ------------------------------------------------------------------ candidate

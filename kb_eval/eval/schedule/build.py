@@ -20,6 +20,9 @@ error that shows a fault of ours (written by an older version) is ignored and re
 Builds run with no GPU visible (CUDA_VISIBLE_DEVICES=""), so they run on CPU workers while
 GPUs evaluate. An exception at import that is not a build error (say the module asks for
 the GPU at import) makes the build "deferred": the run child, which sees the GPU, decides.
+
+This is the parent's side; what runs in the build child, beside the candidate, is
+kb_eval/eval/child/build_task.py.
 """
 
 from __future__ import annotations
@@ -39,11 +42,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kb_eval.eval.child import baton
+from kb_eval.eval.child.build_task import compile_error_line, toolchain_fault
 from kb_eval.eval.judge.crashes import crash_info, status_of
 from kb_eval.faults import armed_folder
-from kb_eval.eval.schedule import nvcc_front, pch, pch_warm
-# call_on_meta is named here so that its children are the build's spares (same module).
-from kb_eval.eval.schedule.first_call import call_on_meta, compiles_lazily  # noqa: F401
+from kb_eval.eval.schedule import pch, pch_warm
+from kb_eval.eval.schedule.first_call import compiles_lazily
 from kb_eval.isolation import BUILD_POLL_S, ChildOutcome, refusals, run_isolated
 from kb_eval.results import BuildInfo, CrashInfo, write_json_atomic
 
@@ -52,21 +55,10 @@ HARNESS_ERROR = "harness_error"  # BuildInfo.status of a build that failed for a
 # Signals that end a build child only when someone kills it (our own kills, for a timeout,
 # memory or output, are reported as such): the OOM killer, a user, a shutdown.
 KILL_SIGNALS = ("SIGKILL", "SIGTERM", "SIGINT", "SIGHUP")
-_COMPILE_ERROR = re.compile(r"error|undefined reference|undefined symbol|fatal", re.IGNORECASE)
-# A compiler or linker that read the source and said why it rejects it (case-sensitive:
-# Python's "RuntimeError:" around every load_inline failure must not count).
-_DIAGNOSTIC = re.compile(r"\berror:|\berror :|undefined reference|undefined symbol|"
-                         r"multiple definition")
-# Failures that are ours whatever the source: (pattern, what went wrong).
-_OUR_FAULTS = (
-    (r"precompiled header|PCH file", "the precompiled header could not be read"),
-    (r"/pch/[0-9a-f]{24}/torch/", "a file of the precompiled header is missing"),
-    (r"signal terminated program", "the compiler was killed"),
-    (r"internal compiler error", "the compiler crashed"),
-    (r"build stopped: interrupted", "the build was interrupted"),
-    (r"ninja: error: loading", "a build file of ours is missing"),
-    (r"eval/schedule/(pch|nvcc_front)\.py", "the compiler front failed"),
-)
+# What build children run (kb_eval/eval/child/build_task.py: the candidate's side). Both in
+# one module, so that a lazy compile's child is one of the builds' spares.
+BUILD_TARGET = "kb_eval.eval.child.build_task:build_candidate"
+FIRST_CALL_TARGET = "kb_eval.eval.child.build_task:call_on_meta"
 
 
 # ------------------------------------------------------------------ cache key
@@ -145,103 +137,6 @@ def cache_key(source: str, fingerprint: str) -> str:
 
 def source_sha256(source: str) -> str:
     return hashlib.sha256(source.encode()).hexdigest()
-
-
-def trim_compiler_output(text: str, max_lines: int = 60, context: int = 2) -> str:
-    """The useful part of a compiler log: error lines with a little context, else the tail."""
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    hits = [i for i, ln in enumerate(lines) if _COMPILE_ERROR.search(ln)
-            and not ln.lstrip().startswith(("[", "/usr/", "c++ ", "nvcc "))]
-    if not hits:
-        return "\n".join(lines[-max_lines:])
-    keep: list[int] = []
-    for i in hits:
-        keep.extend(j for j in range(max(0, i - context), min(len(lines), i + context + 1))
-                    if j not in keep)
-        if len(keep) >= max_lines:
-            break
-    return "\n".join(lines[j][:400] for j in sorted(keep)[:max_lines])
-
-
-def compile_error_line(text: str) -> str:
-    """The line a compile error is known by: the compiler's first diagnostic, its path
-    cut to the file name (`main.cpp:17:11: error: expected ';' before '}' token`), else
-    the exception's first line (torch's `Error building extension ...: [1/2] <command>`)."""
-    for line in text.splitlines():
-        if _DIAGNOSTIC.search(line) and not line.lstrip().startswith(("[", "FAILED")):
-            return re.sub(r"^\s*\S*/(?=[^/\s]+:\d+)", "", line).strip()[:300]
-    return text.splitlines()[0][:300]
-
-
-def toolchain_fault(text: str, our_dirs: list[str]) -> str | None:
-    """Why a failed build is our fault, with the line that shows it (None: nothing says
-    so). `our_dirs` are folders only we write (the PCH folder, the builds folder): a
-    compiler that cannot find, or run, a file there failed on us, not on the source."""
-    checks = list(_OUR_FAULTS)
-    for folder in filter(None, our_dirs):
-        path = re.escape(folder.rstrip("/")) + r"/\S*"
-        checks.append((rf"error: {path}|{path}: (No such file or directory|not found|"
-                       rf"Permission denied)", "a file of ours is missing"))
-    for pattern, why in checks:
-        found = re.search(pattern, text)
-        if found:
-            start = text.rfind("\n", 0, found.start()) + 1
-            end = text.find("\n", found.end())
-            return f"{why}: {text[start:end if end >= 0 else None].strip()[:300]}"
-    return None
-
-
-def is_diagnosed(text: str) -> bool:
-    """The compiler or linker said what is wrong with the source."""
-    return bool(_DIAGNOSTIC.search(text))
-
-
-# ------------------------------------------------------------------ child side
-def _is_build_error(e: BaseException) -> bool:
-    text = str(e)
-    return (isinstance(e, subprocess.CalledProcessError)
-            or "Error building extension" in text
-            or (isinstance(e, ImportError) and ".so" in text))
-
-
-def build_candidate(payload: dict, workdir: Path) -> dict:
-    """Exec the source with the build cache as extensions folder (compiles load_inline)."""
-    from kb_eval.eval.child.worker import use_build_dirs
-    from kb_eval.problems import load_module
-
-    use_build_dirs(payload.get("extensions_dir"))
-    t0 = time.monotonic()
-    try:
-        module = load_module(payload["source"], "kb_candidate")
-    except SyntaxError as e:
-        return {"status": "compile_error", "error": f"SyntaxError: {e.msg} (line {e.lineno})",
-                "seconds": time.monotonic() - t0}
-    except Exception as e:  # noqa: BLE001 - the candidate's failure, reported
-        text = f"{type(e).__name__}: {e}"
-        if _is_build_error(e):
-            ours = [os.environ.get("KB_PCH_DIR", ""),
-                    str(Path(payload["extensions_dir"]).parent)]
-            return {"status": "compile_error", "error": compile_error_line(text),
-                    "detail": trim_compiler_output(text), "seconds": time.monotonic() - t0,
-                    "toolchain_fault": toolchain_fault(text, ours),
-                    "diagnosed": is_diagnosed(text)}
-        return {"status": "deferred", "error": text.splitlines()[0][:300],
-                "seconds": time.monotonic() - t0}
-    if not isinstance(getattr(module, "ModelNew", None), type):
-        return {"status": "compile_error", "error": "the source defines no class ModelNew",
-                "seconds": time.monotonic() - t0}
-    return {"status": "ok", "seconds": time.monotonic() - t0,
-            "cuda_header": cuda_header(Path(payload["extensions_dir"]))}
-
-
-def cuda_header(extensions_dir: Path) -> str | None:
-    """Which torch/extension.h the build's CUDA files were compiled with (nvcc_front.py's
-    notes beside their objects): "lean", "slim", "full", several joined by "+" in that
-    order ("lean+full"), or None (no CUDA file)."""
-    kinds = {p.read_text().strip() for p in extensions_dir.rglob("*" + nvcc_front.MARKER_SUFFIX)}
-    order = [*nvcc_front.TIERS, "full"]
-    rank = {k: order.index(k) if k in order else len(order) for k in kinds}
-    return "+".join(sorted(kinds, key=rank.get)) or None
 
 
 # ------------------------------------------------------------------ parent side
@@ -344,7 +239,7 @@ class Builder:
         has a build's time, not the run child's load budget: niced among other builds, a
         compile can take longer than on the lane, and a kill would waste it."""
         payload = {**first_call, "source": source, "extensions_dir": str(ext_dir)}
-        out = run_isolated("kb_eval.eval.schedule.build:call_on_meta", payload,
+        out = run_isolated(FIRST_CALL_TARGET, payload,
                            workdir=workdir / "first_call", timeout_s=self.timeout_s,
                            mem_limit_mb=self.mem_limit_mb, env=self.env, prewarm=self.spares,
                            poll_s=BUILD_POLL_S, allow=self.allow(ext_dir))
@@ -375,7 +270,7 @@ class Builder:
     def _run(self, source: str, ext_dir: Path, workdir: Path, bypass_pch: bool) -> ChildOutcome:
         env = {**self.env, pch.BYPASS_VAR: "1"} if bypass_pch else self.env
         started = time.time()
-        out = run_isolated("kb_eval.eval.schedule.build:build_candidate",
+        out = run_isolated(BUILD_TARGET,
                            {"source": source, "extensions_dir": str(ext_dir)},
                            workdir=workdir, timeout_s=self.timeout_s,
                            mem_limit_mb=self.mem_limit_mb, env=env,
@@ -461,7 +356,7 @@ def build_probe(builder: Builder, source: str, ext_dir: Path) -> None:
     """Build one of our own sources (pch_warm.py) with the precompiled headers' folder
     writable: no candidate code runs in this child."""
     ext_dir.mkdir(parents=True, exist_ok=True)
-    run_isolated("kb_eval.eval.schedule.build:build_candidate",
+    run_isolated(BUILD_TARGET,
                  {"source": source, "extensions_dir": str(ext_dir)}, workdir=ext_dir / "work",
                  timeout_s=builder.timeout_s, mem_limit_mb=builder.mem_limit_mb,
                  env=builder.env, poll_s=BUILD_POLL_S,

@@ -18,15 +18,14 @@ Candidates often guard the compile: `if torch.cuda.is_available(): self.op =
 load_inline(...)`, false where the GPU is hidden. So while the candidate's code runs here
 it is told a GPU is there (`gpu_in_sight`), and torch's build code the truth. A source
 whose compile sits under such a condition at import also gets this call.
+
+This is the parent's side (which sources, the payload); the child's, where the
+candidate runs, is kb_eval/eval/child/first_call_task.py.
 """
 
 from __future__ import annotations
 
 import ast
-import time
-from contextlib import contextmanager
-from pathlib import Path
-from typing import Iterator
 
 # Calls that start a compile when they run: torch.utils.cpp_extension's load_inline and load.
 COMPILERS = {"load_inline", "load"}
@@ -53,60 +52,3 @@ def _name(func: ast.expr) -> str | None:
 def first_call_payload(ctx, task) -> dict:
     """What Builder.build needs to run the call for a sample (EvalContext, SampleTask)."""
     return {"problem_code": task.problem.code, "precision": ctx.config.precision}
-
-
-def call_on_meta(payload: dict, workdir: Path) -> dict:
-    """Build child target: the candidate's model built and called once on meta inputs
-    (payload: source, problem_code, precision, extensions_dir)."""
-    import torch
-
-    from kb_eval.eval.child.worker import use_build_dirs
-    from kb_eval.inputs import build_model, make_init_inputs, make_inputs, precision_dtype
-    from kb_eval.problems import load_module
-
-    use_build_dirs(payload.get("extensions_dir"))
-    t0 = time.monotonic()
-    try:
-        problem = load_module(payload["problem_code"], "kb_problem")
-        dtype = precision_dtype(payload["precision"])
-        with gpu_in_sight():
-            module = load_module(payload["source"], "kb_candidate")
-            init = make_init_inputs(problem.get_init_inputs, "meta")
-            model = build_model(module.ModelNew, init, 0, "meta", dtype)
-            with torch.no_grad():
-                model(*make_inputs(problem.get_inputs, 0, "meta", dtype))
-        ended = "returned"
-    except Exception as e:  # noqa: BLE001 - expected: meta tensors reach custom kernels
-        ended = type(e).__name__
-    return {"status": "ok", "ended": ended, "seconds": time.monotonic() - t0}
-
-
-@contextmanager
-def gpu_in_sight() -> Iterator[None]:
-    """For the block, `torch.cuda.is_available()` is True and `device_count()` at least 1
-    (the guards candidates put around their compiles), except inside a cpp_extension
-    build: torch's own build code (its arch flags count the devices) sees the truth.
-    Nothing else changes: any real use of the device still fails, and that is ignored."""
-    import torch
-
-    from kb_eval.eval.child.compiles import around_compiles
-
-    cuda = torch.cuda
-    real = cuda.is_available, cuda.device_count
-    told = (lambda: True), (lambda: max(1, real[1]()))
-
-    @contextmanager
-    def truth() -> Iterator[None]:
-        shown = cuda.is_available, cuda.device_count
-        cuda.is_available, cuda.device_count = real
-        try:
-            yield
-        finally:
-            cuda.is_available, cuda.device_count = shown
-
-    around_compiles(truth)
-    cuda.is_available, cuda.device_count = told
-    try:
-        yield
-    finally:
-        cuda.is_available, cuda.device_count = real
