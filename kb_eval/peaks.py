@@ -242,7 +242,6 @@ def _matmul_rate(dev, name: str) -> float:
             seconds = _fastest(dev, lambda: torch.matmul(a, b), REPEATS if dev.type ==
                                "cuda" else 3, inner)
             best = max(best, 2 * m * n * k / seconds)
-            del a, b
         return best
     finally:
         torch.backends.cuda.matmul.allow_tf32 = tf32
