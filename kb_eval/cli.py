@@ -213,12 +213,10 @@ def check_gpus_visible(spec: str | None, flag: str = "--gpus") -> None:
 
 
 # Candidate children in flight per GPU unless the config's DEFAULTS["lane_depth"] says
-# otherwise. On the H100 at depth 3: KernelBench levels 1-3's 250 reference copies in one
-# `check --harness` run in 564.9 s, 112 model-style candidates at 2.36 s a sample, every
-# verdict the serial run's; a 12-16 GiB problem runs with fewer or no neighbours, by its
-# memory plan. On the H200 two runs at depth 1 and two at depth 3 of 50 cached level-2
-# candidates gave the same verdicts, and speedups that differed across depths no more
-# than between runs at one depth (docs/PERFORMANCE.md, "Lane depth").
+# otherwise: depth 3 gave the serial run's verdicts, and speedups that differed across
+# depths no more than between runs at one depth (docs/PERFORMANCE.md, "Issue 15's three
+# figures" and "Lane depth"); a 12-16 GiB problem runs with fewer or no neighbours, by
+# its memory plan.
 GPU_LANE_DEPTH = 3
 
 

@@ -143,9 +143,7 @@ def hold_shares(trace: str | os.PathLike) -> dict[str, float]:
 def timing_gaps(trace: str | os.PathLike) -> list[float]:
     """Seconds between one exclusive hold's end and the next one's start on the same
     device, for every such pair of a traced run: where the device waited for the next
-    timing step (its children still in their untimed work, or not yet started). On the
-    H200, 100 cached CUDA candidates at lane depth 3: back to back mostly, but one gap of
-    ~0.5 s every three samples, 15 of the pass's 58 s."""
+    timing step (its children still in their untimed work, or not yet started)."""
     gaps = []
     for events in _events(trace).values():
         began: dict[str, float] = {}

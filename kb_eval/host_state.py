@@ -2,17 +2,14 @@
 host-paced problem until the host has run it at full pace.
 
 A reference that launches thousands of kernels a call runs at the host's pace, not the
-GPU's. On the cloud machines the GPUs come in, that pace moves by itself: on the H200
-machine (session 18, `benchmarks/launch_pace.py --trace`) a fixed piece of pure host work
-took 5.3 ms for stretches and ~10 ms for others, seconds to minutes long, in one pinned
-process, 2,000 one-float launches 13 and ~20 ms, and KernelBench level1/71's call
-followed them (10.4 vs 14.8 ms; correlation with the launches +0.94, with the work
-+0.88); every core swung so, often all at once (`benchmarks/host_pace.py`), so no choice
-of core steadies it. A baseline file is a table people compare across runs, and a time
-taken while the VM's host ran slow is that host's, not the GPU's: so a baseline records
-the host's pace before and after each problem's calls and times a host-paced problem
-again, each time once the host probes at full pace, until two timings agree
-(`timed_at_full_pace`). It keeps the fastest, as `timeit` advises for host-bound code:
+GPU's. On the cloud machines the GPUs come in, that pace moves by itself, for stretches
+of seconds to minutes, up to twofold, on every core, often all at once
+(`benchmarks/launch_pace.py --trace`, `benchmarks/host_pace.py`; docs/PERFORMANCE.md), so
+no choice of core steadies it. A baseline file is a table people compare across runs,
+and a time taken while the VM's host ran slow is that host's, not the GPU's: so a
+baseline records the host's pace before and after each problem's calls and times a
+host-paced problem again, each time once the host probes at full pace, until two timings
+agree (`timed_at_full_pace`). It keeps the fastest, as `timeit` advises for host-bound code:
 slower runs are interference, not the code. (The eval's speedups need none of this: both
 sides are timed in interleaved rounds, at the same pace.)
 """
@@ -29,15 +26,14 @@ _BLOB = bytes(range(256)) * 16384  # 4 MiB
 
 HOST_PACED = 0.9  # launch share from which a time is the host's (TimingStats.launch_share)
 # Launch share from which a call turns host-paced when the host runs at half its pace, as
-# the H200 machine's did: a baseline times such a call until the host has shown its full
-# pace. (Session 19, level 1 on the H200: level1/65, share 0.8, had a stretch of nine
-# calls at 10.4-12.4 ms against 8.1 and its mean moved 3.2 % between passes.)
+# cloud hosts did: a baseline times such a call until the host has shown its full pace
+# (docs/PERFORMANCE.md).
 PACE_SENSITIVE = 0.5
-# A probe within this factor of the fastest one seen on the core: full pace (the launch
-# probe spread 12.8-13.4 ms inside one fast stretch, slow stretches ran it ~1.5x).
+# A probe within this factor of the fastest one seen on the core: full pace (wider than a
+# fast stretch's spread, narrower than a slow stretch's: docs/PERFORMANCE.md).
 FULL_PACE = 1.15
 # Two full-pace timings whose medians are this close: the host has shown its full pace
-# (level1/71's 20 rounds within one fast stretch spread 10.3-10.7 ms, session 19).
+# (about a fast stretch's spread: docs/PERFORMANCE.md).
 AGREE = 0.02
 POLL_S = 0.2  # between probes while waiting for the host
 

@@ -65,9 +65,8 @@ def seeded(device: str | torch.device, seed: int):
     raised "Offset increment outside graph capture" in our code, not the candidate's
     (a model-written ConvTranspose2d candidate that fell back to eager crashed so). Not
     torch.manual_seed: it also queues a seed for every accelerator not yet started,
-    formatting a stack trace for each (0.5 ms a draw on the 2-core CPU; on the H100,
-    XPU's and MTIA's made 45 ms of each sample's timing step, both sides' draws,
-    py-spy). A fresh state seeded so draws what torch.manual_seed(seed) gave."""
+    formatting a stack trace for each (docs/PERFORMANCE.md). A fresh state seeded so draws
+    what torch.manual_seed(seed) gave."""
     dev = torch.device(device)
     torch.default_generator.manual_seed(seed)
     if dev.type == "cuda" and torch.cuda.is_initialized():

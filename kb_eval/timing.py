@@ -94,8 +94,7 @@ class TimingSettings(BaseModel):
     def _stored_before(cls, data: Any) -> Any:
         """Settings stored before a field existed (a dump: it has `method`) read back with
         what they were timed with, and a run resumed on them keeps it: 10 ms spin-ups (the
-        default until the H100's level-2 copies held their band at 2 ms: 99 and 100 of 100
-        in [0.97, 1.03] in two runs) and no launch cover. Settings made in code name a
+        old default; docs/PERFORMANCE.md) and no launch cover. Settings made in code name a
         few fields: they get the defaults."""
         if isinstance(data, dict) and {"method", "discard_first", "flush_l2"} <= data.keys():
             return {**STORED_BEFORE, **data}
@@ -110,10 +109,9 @@ class TimingSettings(BaseModel):
 # Calls at least this long start their paired rounds without an untimed call (budgeted),
 # and GPU-paced ones (not launch-bound) from GPU_PACED_UNTIMED_MAX_MS on: the round's
 # spin-up (`round_spin_up_ms`) brings the clocks up, and the first call's host path is
-# covered (`launch_cover_ms`). On the H100 a 6.4 GB elementwise call (4.3 ms) spent about
-# as long in its rounds' untimed calls as in its timed ones, on both sides: ~0.45 s of
-# each such sample's timing step, the device held alone. Launch-bound calls, whose time
-# is the host's pace, keep the untimed call up to UNTIMED_CALL_MAX_MS.
+# covered (`launch_cover_ms`); the untimed calls otherwise cost as much device time as
+# the timed ones (docs/PERFORMANCE.md). Launch-bound calls, whose time is the host's
+# pace, keep the untimed call up to UNTIMED_CALL_MAX_MS.
 UNTIMED_CALL_MAX_MS = 10.0
 GPU_PACED_UNTIMED_MAX_MS = 2.0
 
@@ -125,9 +123,8 @@ LAUNCH_BOUND_SHARE = 0.6
 # The warm-up before the first round, in ms of calls (at least one call), for calls that
 # are not launch-bound: both sides ran the problem's shapes already (correctness, the
 # reference's outputs), each round starts on its spin-up and the first timed call is
-# discarded. Five warm-up calls a side were 26 s of the device held alone in the H100's
-# KernelBench level 1-3 sweep, 15 s of it in calls of 4 ms or more. Launch-bound calls
-# (the host's pace) keep their `warmup`.
+# discarded; more warm-up held the device alone for nothing (docs/PERFORMANCE.md).
+# Launch-bound calls (the host's pace) keep their `warmup`.
 WARMUP_MS = 20.0
 
 
@@ -139,12 +136,9 @@ def budgeted(settings: TimingSettings, call_ms: float | None,
     statistics), and no untimed call at the head of each round for calls of
     UNTIMED_CALL_MAX_MS or more (GPU_PACED_UNTIMED_MAX_MS for a GPU call that is not
     launch-bound), and warm-up calls worth WARMUP_MS (not launch-bound). Round medians and
-    their interval are what a speedup rests on, not the call count: on the H100's
-    model-style corpus (calls of 0.3-22 ms), 30 calls in 20 rounds gave each of 43
-    speedups inside the interval of 100 calls, at the same widths. Not so where the host's
-    pace is the time (launch-bound networks of KernelBench level 3): one call a round,
-    copies of EfficientNetB0 came out at 0.925 and 1.046 in two runs of the same code on
-    the H100, so those get `launch_budget_ms`."""
+    their interval are what a speedup rests on, not the call count. Not so where the
+    host's pace is the time (launch-bound networks): one call a round is too few, so
+    those get `launch_budget_ms` (docs/PERFORMANCE.md, "Timed calls per sample")."""
     if not settings.budget_ms or not call_ms or call_ms <= 0:
         return settings
     floor = min(settings.trials, max(settings.paired_rounds, MAX_ROUNDS))
@@ -159,8 +153,7 @@ def budgeted(settings: TimingSettings, call_ms: float | None,
     gpu_paced = launch_ms is not None and not launch_bound  # no launch figure: a CPU
     if call_ms >= (GPU_PACED_UNTIMED_MAX_MS if gpu_paced else UNTIMED_CALL_MAX_MS):
         # A round of one such call spent as long in its untimed call as in the timed
-        # one, on both sides: 8 of the 16 s a 200 ms KernelBench convolution's timing
-        # took on the H100. Its round still starts on `round_spin_up_ms` of GPU work.
+        # one, on both sides. Its round still starts on `round_spin_up_ms` of GPU work.
         update["round_untimed"] = False
     return settings.model_copy(update=update)
 
@@ -179,11 +172,9 @@ def own_pace(settings: TimingSettings, own_ms: float | None,
     side this slow (SLOW_SIDE_RATIO, UNTIMED_CALL_MAX_MS) warms up on one call and starts
     its rounds without an untimed call, as `budgeted` has both sides do when the
     reference's calls are that long: each of its calls is GPU work enough to bring the
-    clocks up. The reference side and the rounds' calls are unchanged. On the H100's
-    model-style corpus a candidate 60x slower than its reference (250 ms calls) spent 5.6
-    of its 14.2 s timing step, the device held alone, in its rounds' untimed calls. A
-    candidate that slows its correctness calls to get here only starts its rounds
-    colder."""
+    clocks up. The reference side and the rounds' calls are unchanged (figures:
+    docs/PERFORMANCE.md). A candidate that slows its correctness calls to get here only
+    starts its rounds colder."""
     if own_ms is None or reference_ms is None or reference_ms <= 0:
         return settings
     if own_ms < max(UNTIMED_CALL_MAX_MS, SLOW_SIDE_RATIO * reference_ms):
@@ -194,10 +185,9 @@ def own_pace(settings: TimingSettings, own_ms: float | None,
 
 # A candidate this many times slower than the reference (own_pace's figures), whose timed
 # calls would take more than SLOW_CUT_MS, is timed in fewer paired rounds of one call each
-# (slow_cut). In the H100's model-style corpus, seven candidates 16-85x slower than their
-# references held the device alone for 32 of the 122 s of its timing steps (level1/27:
-# 21 calls of 370 ms). Their speedups are far from any fast_p threshold; the rounds that
-# remain still give an interval.
+# (slow_cut): such candidates held the device alone for a large share of the timing
+# steps (docs/PERFORMANCE.md). Their speedups are far from any fast_p threshold; the
+# rounds that remain still give an interval.
 SLOW_CUT_RATIO = 10.0
 SLOW_CUT_MS = 1000.0
 SLOW_CUT_MIN_ROUNDS = 5
@@ -262,9 +252,7 @@ class TimingStats(BaseModel):
     @property
     def launch_share(self) -> float | None:
         """The share of a call's time its host spent launching it (at most 1): near 1, the
-        time is the host's (on the H100, a cuDNN transposed convolution of KernelBench
-        level 1 launched 1,891 kernels per call and timed 11.5 ms in one process, 16.6 ms
-        in the next, both launching from one core)."""
+        time is the host's, and it moves between processes (docs/PERFORMANCE.md)."""
         if self.launch_ms is None or self.median <= 0:
             return None
         return min(1.0, self.launch_ms / self.median)
@@ -348,11 +336,10 @@ def time_calls(fn: Callable[..., Any], indices: Sequence[int], timer: "_CpuTimer
                collect: bool = True) -> list[float]:
     """One timed call per index, each on `args(i)` drawn before its clock starts (input
     generation is never timed); the times in ms. Paired timing (eval) calls this once per
-    round on each side, collecting garbage before its first round only (`collect`): a full
-    collection costs ~0.1 s in a process holding torch (H100 machine), 20 rounds a side
-    made it ~5 s of every sample. The young generations only: what the calls before
-    timing left in cycles is young, while a full collection walked everything the
-    reference server loaded since it started (70 ms of every sample on the 2-core CPU)."""
+    round on each side, collecting garbage before its first round only (`collect`): one
+    per round was seconds of every sample. The young generations only: what the calls
+    before timing left in cycles is young, while a full collection walks everything the
+    reference server loaded since it started (docs/PERFORMANCE.md)."""
     samples, now = [], clocks.perf_counter
     if collect:
         with spent("gc"):
@@ -419,9 +406,8 @@ def timer_for(device: torch.device, flush_l2: bool = True, spin_up_s: float = 0.
 # A paired timing's timer is made after at least this much GPU work (its first round
 # spins again): its calibration (the sleep rate that sizes the launch cover) reads the
 # clocks, and the candidate's child comes to it from its warm-up calls, after waiting
-# for the device while another sample's timing step ran. A fresh timer spun 30 ms
-# before, in every candidate's child, with the device held alone (H200, 100 cached CUDA
-# candidates: the child's spin-ups 0.06 s a sample, median; 0.04 s with this).
+# for the device while another sample's timing step ran; a longer first spin cost each
+# child device time held alone (docs/PERFORMANCE.md).
 ROUND_TIMER_FIRST_SPIN_S = 0.002
 
 
@@ -430,8 +416,7 @@ def round_timer(device: torch.device, settings: TimingSettings,
     """The timer for a paired round, the same on both sides (the candidate's child and the
     reference server): a round starts after the settings' `round_spin_up_ms` of GPU work,
     of which `busy_s` were done already (the round's untimed call, timed by the caller up
-    to its synchronize): only the rest is spun. On the H100's model-style corpus, calls
-    of 3-20 ms spun 10 ms more per round and side regardless (0.4 s of each sample)."""
+    to its synchronize): only the rest is spun, so long calls do not spin again."""
     spin_s = max(0.0, settings.round_spin_up_ms / 1e3 - busy_s)
     first_s = max(ROUND_TIMER_FIRST_SPIN_S, settings.round_spin_up_ms / 1e3)
     with spent("spin"):
@@ -460,17 +445,15 @@ def device_wait_ms(device: torch.device) -> float | None:
     """Host milliseconds a device-wide synchronize blocked: long means work was pending on
     some stream. None when this thread was preempted meanwhile (an involuntary context
     switch: a loaded host, e.g. builds on every core), because then the figure measures
-    the host's scheduler, not the device: on the H100 with cold builds running, such
-    waits made our own reference solutions look like they left work running."""
+    the host's scheduler, not the device: on a host loaded with builds, such waits made
+    honest reference solutions look like they left work running."""
     wait = device_wait(device)
     return None if wait.preempted else wait.wall_ms
 
 
 # The device-wide wait after an honest call, on an idle device, is slower than the timer's
 # calibration (~0.007 ms, a tight loop of one-float kernels) and depends on what came
-# before: on the H100 machine after a 1 or 4 GiB elementwise call p50 0.02-0.04, p99
-# 0.05-0.09 ms, max 0.22 ms over 600 calls each; after one float with the GPU and host
-# idle 5 ms before, p50 0.028, p99 0.2 ms (`benchmarks/slow_state_probe.py calib`). A
+# before (figures: docs/PERFORMANCE.md, `benchmarks/slow_state_probe.py calib`). A
 # wait up to this long charges nothing; beyond it, the excess is the late work. Work on
 # other streams that ends within it is free, as it always was within the calibrated limit
 # and the host's own delay in seeing the end event (tens of microseconds).
@@ -546,12 +529,12 @@ class _CudaTimer:
 
     def _spin_up(self, seconds: float = 0.03) -> None:
         """Keep the GPU busy briefly so its clocks leave idle before anything is timed
-        (an idle H200 sits at a few hundred MHz; a few warmup calls of a 50 us kernel do
+        (an idle GPU sits at a few hundred MHz; a few warmup calls of a 50 us kernel do
         not wake it)."""
         buf = self.flush_buf if self.flush_buf is not None else torch.empty(
             1 << 26, dtype=torch.uint8, device=self.device)
-        # One zeroing at a time, to end within a zeroing's time of `seconds` (H100: 41-50
-        # us each; a 2 ms spin-up took 2.03 ms so, 2.13 ms in batches of 20).
+        # One zeroing at a time, to end within a zeroing's time of `seconds` (batches
+        # overshoot it; docs/PERFORMANCE.md).
         t_end = clocks.perf_counter() + seconds
         while clocks.perf_counter() < t_end:
             buf.zero_()
@@ -606,11 +589,9 @@ class _CudaTimer:
     def _pre_queue(self) -> None:
         """Put GPU work ahead of the start event so that the host's path from recording it
         to the call's first kernel is not timed: the flush when there is one, then the
-        launch cover. The flush alone (41-50 us on the H100) hid too little: the baseline
-        children's path took 0.05-0.25 ms and varied with the host, so single-kernel
-        KernelBench calls (reductions, elementwise, matmuls) timed at two speeds ~0.1 ms
-        apart, switching between rounds within a process (level1/53: 3.235 or 3.34 ms),
-        while the same calls launched at once always ran at the lower one."""
+        launch cover. The flush alone hid too little of the host's path, which varies with
+        the host, so single-kernel calls timed at two speeds, switching between rounds
+        (docs/PERFORMANCE.md)."""
         if self.flush_buf is not None:
             self.flush_buf.zero_()
         if self.cover_cycles:
@@ -632,8 +613,8 @@ class _CudaTimer:
         # A wait during which this thread was preempted proves nothing either way, so it
         # counts as busy: the call runs up to an event recorded after the device went
         # idle. The host's delay may then add to an honest call, but a cheat never gains
-        # from a loaded host (on the H100 machine, builds running beside the timing let a
-        # side-stream cheat's calls time at their launch: 10x "faster").
+        # from a loaded host (builds running beside the timing once let a side-stream
+        # cheat's calls time at their launch: 10x "faster").
         self.after_sync.record()
         self.after_sync.synchronize()
         return max(on_stream, self.start.elapsed_time(self.after_sync) - self.latency[1]), out

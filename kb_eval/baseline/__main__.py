@@ -25,9 +25,8 @@ from kb_eval.timing import TimingSettings, method_for
 
 # How long a problem whose calls spend half or more of their time launching kernels may be
 # timed again, each time once the host CPU runs at its full pace, until two timings agree
-# (the fastest kept; recorded per visit: host_tries, host_full_pace): on the H200 machine
-# slow stretches lasted seconds to minutes, and each core ran at full pace in 20-50 % of
-# 2-s windows (session 18, host_pace.py).
+# (the fastest kept; recorded per visit: host_tries, host_full_pace): slow stretches of
+# the host last seconds to minutes (host_state.py, docs/PERFORMANCE.md).
 HOST_WAIT_S = 30.0
 
 

@@ -195,8 +195,7 @@ def child_env(device: str, gpus: list[int]) -> dict[str, str]:
     """A baseline child's environment. On a GPU it starts off the timing cores, as the
     eval's children do: the next problem's spare child imports torch (seconds of CPU)
     while this one times, and must not do it on the core a launch-bound reference
-    launches from (on the H100, level1/71 moved 44.7 % between passes before, 2.2 %
-    after)."""
+    launches from (docs/PERFORMANCE.md)."""
     if device == "cpu":
         return {**TIMED_PROCESS_ENV, "CUDA_VISIBLE_DEVICES": ""}
     return {**TIMED_PROCESS_ENV, "CUDA_VISIBLE_DEVICES": device,

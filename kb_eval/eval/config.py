@@ -18,9 +18,9 @@ BUILDS_PER_CORE = 1.25
 
 def default_jobs() -> int:
     """Build children: a quarter more than the cores. A build is one compiler at a time for
-    most of its life, with serial gaps (torch import, ninja, link) that leave a core idle:
-    on the H200 host (16 cores), 100 CUDA builds kept 14.9 cores busy and took 374 s with
-    16 jobs, 15.4 and 327 s with 20 (builds are niced: runs on the GPU never wait)."""
+    most of its life, with serial gaps (torch import, ninja, link) that leave a core idle,
+    which the extra jobs fill (docs/PERFORMANCE.md; builds are niced: runs on the GPU
+    never wait)."""
     return int((os.cpu_count() or 1) * BUILDS_PER_CORE)
 
 

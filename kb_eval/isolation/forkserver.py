@@ -1,6 +1,6 @@
 """Cheap children: one zygote per environment (zygote.py) forks each fresh child, so a
-child costs a fork, not a Python + torch start (~1.2 s of CPU here, ~2.5 s on the H100
-host). Each child still runs exactly one task in a process of its own: its own session,
+child costs a fork, not a Python + torch start (seconds of CPU: docs/PERFORMANCE.md).
+Each child still runs exactly one task in a process of its own: its own session,
 only its task channel and log as descriptors, forked from a zygote that never ran a task,
 candidate code or CUDA. The child is re-parented to us (we are a child subreaper), so it
 is our child like a Popen one: we wait for it, stop its group and kill it the same way.

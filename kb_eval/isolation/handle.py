@@ -99,7 +99,7 @@ class Child:
         `self.overran`)."""
         deadline = time.monotonic() + timeout_s
         # The first look at memory and output one CHECK_S in: a task that ends sooner has
-        # not run away, and each look scans /proc (5.7 ms on the 2-core CPU), which was
+        # not run away, and each look scans /proc (ms: docs/PERFORMANCE.md), which was
         # the first thing every reference server call did, 20 times per timing step.
         next_check = time.monotonic() + CHECK_S
         while self.proc.poll() is None and not (done is not None and done.exists()):

@@ -21,10 +21,9 @@ def _preload_spec(target: str, warm_cuda: bool) -> str:
 def start_spares(target: str, env: dict | None = None, warm_cuda: bool = False) -> None:
     """Spare children for `run_isolated(target, ..., env=env, prewarm=True,
     warm_cuda=warm_cuda)`, started now (and the zygote they fork from, at its first use):
-    GPU runs come about once a second and a spare needs ~3.3 s to import torch and open
-    its CUDA context (H200 host): four deep; other kinds two. Called ahead of a run's
-    first task too, so that it does not wait for them: on the H100, a check --harness
-    run's first samples each waited ~6 s for the zygote after the memory plan."""
+    GPU runs come about once a second and a spare needs seconds to import torch and open
+    its CUDA context: four deep; other kinds two. Called ahead of a run's first task too,
+    so that its first samples do not wait for them (docs/PERFORMANCE.md)."""
     SPARES.refill(env, _preload_spec(target, warm_cuda), 4 if warm_cuda else 2)
 
 

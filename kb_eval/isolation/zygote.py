@@ -91,8 +91,8 @@ def spawn(request: dict, fds: list[int], control: socket.socket) -> dict:
         return {"error": f"{len(fds)} fds passed, 2 expected"}
     spec = str(request.get("spec", ""))
     module, _, mode = spec.partition(":")
-    # A GPU child's task module is imported after the fork, in the child: on the H100 the
-    # evaluator's worker imports left the CUDA driver initialised, which ends forking.
+    # A GPU child's task module is imported after the fork, in the child: the evaluator's
+    # worker imports left the CUDA driver initialised, which ends forking.
     if module and mode != "cuda":
         try:
             importlib.import_module(module)  # once here; every later child has it

@@ -60,8 +60,8 @@ def count_launches(call: Callable[[], object], device: torch.device) -> dict:
     detail of `launch_counts`."""
     on_cuda = device.type == "cuda"
     # The profiler torch.profiler.profile wraps, with the same activities: its own start
-    # asks hasattr(torch, "_inductor"), which imports inductor and dynamo (1.5 s in a
-    # fresh child on the 2-core CPU, most of each CPU sample's probe step).
+    # asks hasattr(torch, "_inductor"), which imports inductor and dynamo (seconds in a
+    # fresh child: docs/PERFORMANCE.md).
     with torch.no_grad(), profile(use_cpu=True, use_device="cuda" if on_cuda else None,
                                        use_kineto=True) as prof:
         with record_function(FORWARD_MARK):

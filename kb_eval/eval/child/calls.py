@@ -2,11 +2,9 @@
 
 The candidate's child needs bookkeeping between its timed calls: the idle check and CPU
 ledger (threads.py), the output's aliasing check, the tripwires (integrity.py), a
-re-check now and then. On the H100 that work alone made host-bound calls slower: a
-reference copy of BERT-sized problems (40-200 us calls, their time the host's launching)
-timed 0.50-0.94x of the reference, because the reference server timed its calls
-back to back; the same model timed in one process with and without the child's
-bookkeeping showed the same gap (layernorm B16xS512 bf16: 39 us bare, 67-76 us with it).
+re-check now and then. That work alone makes host-bound calls slower, so a reference
+copy timed against a server that timed its calls back to back came out slower than its
+reference (docs/PERFORMANCE.md).
 No bookkeeping is free on a host, so the reference server runs this same code around its
 own calls, with a tripwire snapshot and ledger of its own (they find nothing there):
 whatever it costs, both sides pay it. Only the candidate's re-checks (a few calls of
@@ -105,7 +103,7 @@ class TimedCalls:
         if not self.timed:
             # An untimed call's kernels are its own, not work launched outside the calls:
             # waited for here, so the next timed call's idle check sees only the latter
-            # (unsynchronized warmups made H100 reference copies look busy).
+            # (unsynchronized warmups made reference copies look busy).
             sync(self.device)
             if self.returned is not None:
                 self.returned(out)

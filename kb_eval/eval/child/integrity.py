@@ -17,10 +17,9 @@ candidate, after building the model, after each correctness call, after each rou
 timed calls and at the end; any change becomes a `tampered` flag (error). After every
 timed call (outside the timed region) it checks the part a timer relies on
 (`changes(timer_only=True)`: the clocks, events, synchronizes, our timing modules and the
-numerics switches, compared by identity), a tenth of the full check's work or less: on
-the H100 the full check between calls slowed the next call's launches by 20-65 us (BERT-
-sized problems, one model timed in one process with and without it), and both sides'
-timings now pay for what runs between calls (calls.py).
+numerics switches, compared by identity), a tenth of the full check's work or less: the
+full check between calls slowed the next call's launches (docs/PERFORMANCE.md), and both
+sides' timings now pay for what runs between calls (calls.py).
 
 This is a tripwire, not a wall: code in the same process can also patch the checker, race
 it from another thread, or tamper natively (ctypes, C++). The defenses that do not trust

@@ -112,8 +112,8 @@ def settled(tensors: list[torch.Tensor], device: torch.device, call_s: float,
     put them) are compared with that copy after the wait; saved to a file, they are
     fingerprinted before the save and again after the wait. Either way no second copy
     of a multi-GiB output is made on the device, and a write that lands during the save
-    is still caught. (On the H100 two fingerprints of a 6.4 GB output took ~66 ms; the
-    comparison with the saved copy reads each once.)"""
+    is still caught. (The comparison with the saved copy reads each once, where two
+    fingerprints read it twice: docs/PERFORMANCE.md.)"""
     wait = min(SETTLE_MAX_S, SETTLE_S + 2 * call_s)
     if tensor_bytes(tensors) <= SNAPSHOT_MAX_BYTES:
         snapshot = [t.detach().clone() for t in tensors]
@@ -187,9 +187,8 @@ def _weights(device: torch.device) -> torch.Tensor:
 def host_weights() -> torch.Tensor:
     """The multipliers in host memory, drawn once per process by a generator of their own
     (the inputs' generator is left alone). A candidate's child draws them while it waits
-    as a spare (worker.warm_up): drawn on the device at the first fingerprint, they took
-    ~50 ms of every H100 child's setup with the device held, and drawn on the CPU there
-    ~0.3 s."""
+    as a spare (worker.warm_up), not at the first fingerprint with the device held
+    (docs/PERFORMANCE.md)."""
     g = torch.Generator().manual_seed(fresh_seed())
     odd = torch.randint(0, 2 ** 31, (_FP_CHUNK,), generator=g, dtype=torch.int64) * 2 + 1
     return odd.to(torch.int32)  # wraps mod 2^32: still odd
@@ -214,9 +213,8 @@ def fingerprint(t: torch.Tensor) -> tuple:
     exact comparison would cost gigabytes (inputs drawn for a later check, large outputs).
 
     The bits are read as 32-bit words (no int64 copy of the data), and the sums stay on the
-    device until one read at the end (not two per chunk). On the H100, where fingerprints
-    took ~0.8 s of each level-1 sample with multi-GiB inputs (py-spy, both sides): 1 GiB of
-    fp32 5.8 -> 5.5 ms, 4 GiB 23.3 -> 21.8 ms, 0.5 GiB of bf16 5.7 -> 2.8 ms."""
+    device until one read at the end (not two per chunk): fingerprints were a large part of
+    samples with multi-GiB inputs (docs/PERFORMANCE.md)."""
     t = t.detach()
     words = _words(t)
     w = _weights(words.device)
@@ -244,9 +242,8 @@ def changed_since(xs: list, prints: list) -> list[int]:
 
 
 # The shape probe's batched inputs, at most (about): a larger problem's probe takes a
-# smaller batch. On the H100 a KernelBench norm with 7.5 GB outputs spent ~5 s of its
-# serial lane on the probe at a batch one smaller (its output written to a file by the
-# child, read back and judged by the server), for a check that only warns.
+# smaller batch: a probe of multi-GB outputs cost seconds of a serial lane
+# (docs/PERFORMANCE.md) for a check that only warns.
 PROBE_MAX_BYTES = 1 << 30
 
 
@@ -289,9 +286,8 @@ def empty_call_ms(device: torch.device, settings: TimingSettings, args: list) ->
     """The fastest of 30 calls that do nothing, through the same timer and settings.
     Not the median: the timer counts a call during which the host was preempted as
     busy until the host came back (timing.py), and the server measures this beside the
-    builds, not on the timing core. On the H100 machine, under a cold pass's 20 builds,
-    the median came out at 0.159 ms, and 14 honest candidates whose paired calls took
-    0.058-0.073 ms were judged below half of it."""
+    builds, not on the timing core: a median under load judged honest candidates below
+    half of it (docs/PERFORMANCE.md)."""
     probe = settings.model_copy(update={"warmup": 3, "trials": 30})
     return time_callable(lambda *a: None, probe, device, lambda i: args).min
 

@@ -5,21 +5,19 @@ writes that land after the call returned.
 
 Under the timing lock only what cannot wait is done: the outputs and inputs are copied
 (the next call reuses the input buffers). The wait for late writes (10 ms), the save and
-the fresh draw come once the device has gone to the next sample's timing step: on the
-H100 the re-checks, their waits mostly, held the device alone for ~0.14 s of every
-KernelBench level-2 sample. What is saved is the output as the call returned it, as
-before; a late write has longer to show, not shorter. An output whose storage a later
-call returned again (a candidate that reuses its output buffer) is not taken for a late
-write.
+the fresh draw come once the device has gone to the next sample's timing step, not
+with the device held alone (docs/PERFORMANCE.md). What is saved is the output as the
+call returned it, as before; a late write has longer to show, not shorter. An output
+whose storage a later call returned again (a candidate that reuses its output buffer) is
+not taken for a late write.
 
 Outputs beyond `DEFER_BYTES` (with their copies) are saved and their inputs checked at
 once, and only their wait goes on beside the timing: one such output at a time is kept
 with what tells a change (the bytes saved in the server's buffer, else a copy or a
-fingerprint) and looked at again after a later call once its wait is over (`_Settling`).
-On the H100 the 10 ms waits of those at once held the device alone for 52 of the 290 s of
-timing steps in a KernelBench level 1-3 sweep (0.2 s of a sample with 0.5 GB outputs).
-Outputs that alias an input, and those beyond `SETTLING_MAX_BYTES`, are re-checked at
-once, wait included, as before (probes.settled).
+fingerprint) and looked at again after a later call once its wait is over (`_Settling`),
+so their waits do not hold the device alone (docs/PERFORMANCE.md). Outputs that alias an
+input, and those beyond `SETTLING_MAX_BYTES`, are re-checked at once, wait included, as
+before (probes.settled).
 """
 
 from __future__ import annotations

@@ -18,13 +18,11 @@ clock, nanoseconds):
 A GPU adds one check: the device must be idle when the next call begins (everything of
 ours was synchronized); work found still running was launched outside the calls. It is
 found by the time this thread spends spinning in a device-wide synchronize (`busy`),
-not by the wall time the synchronize took: on the H200, with busy loops on every other
-core (as cold builds load the host), an idle device's synchronize once took 0.52 ms of
-which the thread ran 0.09 ms, while ~1 ms of our own work left on a side stream took
-1.02 ms with 1.03 ms of CPU (`benchmarks/neighbour_noise.py`); two such host stalls in
-one sample flagged an honest PyTorch candidate (KernelBench level1/25) in the corpus's
-cold pass. A context that does not spin while it waits (blocking sync, yield: a
-candidate can set that) is judged by the wall time, as before.
+not by the wall time the synchronize took: on a loaded host, an idle device's wait can
+take longer by the wall than work left running, but not by the thread's CPU
+(`benchmarks/neighbour_noise.py`, docs/PERFORMANCE.md). A context that does not spin
+while it waits (blocking sync, yield: a candidate can set that) is judged by the wall
+time, as before.
 Native threads are covered as well as Python ones (both are tasks of the process).
 """
 
@@ -119,8 +117,8 @@ class Ledger:
     def device_idle(self) -> None:
         """Before a timed call's inputs are drawn (nothing of ours is queued then): see that
         the device is idle, i.e. nothing the candidate launched is still running. Checked
-        after drawing, the wait also covered copying the inputs in: on the H100 that made
-        KernelBench level-2 references, run as their own candidates, 'leave work running'."""
+        after drawing, the wait also covered copying the inputs in, which made honest
+        references, run as their own candidates, 'leave work running'."""
         if self.device.type == "cuda":
             wait = device_wait(self.device)
             if busy(wait, waits_spinning()):
@@ -170,8 +168,8 @@ class Ledger:
 
     def newcomers(self, most: int = 5) -> list[str]:
         """The candidate's threads still alive, as "name: CPU ms" (their whole lives), the
-        busiest first: which of them a `work_outside_call` flag is about (on the H100 a
-        cuBLAS bf16 solution of ours was flagged once for 6.2 ms by threads unnamed)."""
+        busiest first: which of them a `work_outside_call` flag is about (library threads
+        can be unnamed: docs/PERFORMANCE.md)."""
         seen = sorted(((thread_cpu_ns(t), _comm(t)) for t in _tids() - self.ours),
                       reverse=True)
         return [f"{name}: {ns / 1e6:.1f} ms" for ns, name in seen[:most]]

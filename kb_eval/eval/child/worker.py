@@ -283,9 +283,9 @@ def _correctness(model, module, task: CandidateTask, trial_prints: list, workdir
             fresh = inputs_for(module, task.seed, ("correct", i), precision, device)
         except torch.OutOfMemoryError as e:
             # Our draw, not the candidate's call: the device may be short because of the
-            # server or a neighbour (the H100's level-1 sweep: level1/97's 6 GiB of inputs
-            # with the server at 65 GiB), so `oom`, which the parent tries once more with
-            # the harness's memory given back; out of memory again is the candidate's.
+            # server or a neighbour (docs/PERFORMANCE.md), so `oom`, which the parent tries
+            # once more with the harness's memory given back; out of memory again is the
+            # candidate's.
             return failure("oom", "correctness", e)
         inputs = buffers = into_buffers(buffers, fresh)
         try:
@@ -321,7 +321,7 @@ def _correctness_call(model, i: int, inputs: list, prints: list, workdir: Path,
     seen[label]["bytes"] = tensor_bytes(tensors)
     # The wait for late writes scales with the call's time, except the first call's: that
     # holds the candidate's lazy compiles and autotuning, and waited the 0.5 s maximum on
-    # most model-written kernels (~0.5 s of each H100 sample). A write that a thread makes
+    # most model-written kernels (docs/PERFORMANCE.md). A write that a thread makes
     # late after every call is still seen by the later trials' waits.
     calm = settled(tensors, device, call_s if i else 0.0,
                    lambda ts: save_outputs(workdir, label, ts), saved_on_device)

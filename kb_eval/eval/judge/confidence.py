@@ -1,7 +1,8 @@
 """A 95 % confidence interval for a sample's speedup, and the scores that use it.
 
 A speedup is baseline median / candidate median, two noisy figures: a copy of the reference
-measured 0.95-1.15 on the H100, so `speedup > 1` alone is a coin flip near parity.
+can measure well off 1.0 (docs/PERFORMANCE.md), so `speedup > 1` alone is a coin flip
+near parity.
 
 Paired (the default in eval: schedule/pairing.py): both sides timed in alternating rounds
 of one sample's timing step; `paired_interval` resamples rounds and takes the median of
@@ -39,15 +40,14 @@ MIN_ROUNDS = 3
 Z = 1.959964  # two-sided 95 % of a normal
 # Every interval is widened by this much on each side (x / (1 + r), x * (1 + r)): what
 # timing the same code twice may differ by for reasons no resampling sees (a process's
-# memory layout, the other process's warm caches; the H100 target for a reference copy
-# is [0.97, 1.03]). Without it, 95 % intervals over a hundred reference copies leave a
+# memory layout, the other process's warm caches; the target for a reference copy is
+# [0.97, 1.03]). Without it, 95 % intervals over a hundred reference copies leave a
 # few above 1.0 by chance alone; with it, a claim of "faster" needs more than 3 %.
 RESOLUTION = 0.03
 # More for a call paced by the host's launches (timing.launch_ms near its time): two
 # processes launch the same model at different speeds, and no round-by-round pairing
-# sees it. Measured on the H100 with both sides pinned to one core (pinning.py), copies
-# of KernelBench level-3 networks came out up to 1.076x (lo up to 1.019 at RESOLUTION
-# alone); unpinned, up to 1.22x. Scaled by the launch share, so GPU-bound calls keep 3 %.
+# sees it, even with both sides pinned to one core (pinning.py; figures in
+# docs/PERFORMANCE.md). Scaled by the launch share, so GPU-bound calls keep 3 %.
 HOST_RESOLUTION = 0.06
 
 

@@ -13,15 +13,13 @@ the reference and the truth are finite:
 S = rms(E) (the reference's typical error, so an element the reference happened to get
 exactly right is not held to zero), M = rms(truth), both over the positions that carry a
 value (the reference or the truth nonzero: an output that is exact zeros almost everywhere
-would otherwise hold its few values to ~0; on the H100 level2/93's ConvTranspose2d + min +
-GELU output is 99.9999 % zeros, and an honest copy failed at one value where the
-reference's own error happened to be tiny: S over every position is 1/1400 of S over its
-values, on the CPU at batch 8), u = the unit roundoff of the run's precision (2^-24 for
+would otherwise hold its few values to ~0: an honest copy of a mostly-zero output once
+failed so, docs/PERFORMANCE.md), u = the unit roundoff of the run's precision (2^-24 for
 fp32: the slack of storing the result at all; M makes it a floor where the truth is ~0).
 Where no position carries a value (the reference and the truth zero everywhere: a
 MobileNetV2 whose float64 and fp32 runs both gave exact zeros), S = M = 0 would hold the
 output to exactly zero, and an fp32 computation that lands on zeros through other
-roundings (5e-9 on the H200) failed at 1.5e15x its bound. There M is the computation's
+roundings (a residue of 5e-9) failed at 1.5e15x its bound. There M is the computation's
 own scale instead, the largest magnitude among the call's floating inputs and the
 reference's weights and buffers (`Truth.scale`): an fp32 residue of u times that passes,
 a bf16 one (2^-8 of it) still fails.
@@ -105,8 +103,8 @@ def within_rounding(excess: float, d2: float, r2: float, count: int, u: float) -
     lands there (a 16384-term matmul chunked or transposed: 0-7 u of the norm, against
     64), a TF32, fp16 or bf16 downgrade (~5,000 u and more) never does, and faces the
     truth (tests/test_verdicts_f64.py). The truth was most of the reference server's time
-    for nondeterministic references, whose honest copies never equal the reference: on
-    the H100, 25.1 of level1/68's 27.3 s (a transposed 3-D convolution in float64)."""
+    for nondeterministic references, whose honest copies never equal the reference
+    (docs/PERFORMANCE.md)."""
     if not count:
         return True
     ku = K * u

@@ -8,7 +8,7 @@ fit together: the buffers plus twice the reference's footprint (the child's inpu
 outputs and temporaries) within 80 % of what the device offers idle, and the buffers plus
 the float64 truth's need within 90 % (the server computes it with the buffers still
 held). A KernelBench v0.2 elementwise problem (6.4 GB in, 6.4 GB out) takes four buffers,
-25.8 GB, on an 80 GB H100. Where fewer fit, the first checked calls get buffers and the
+25.8 GB, on an 80 GB GPU. Where fewer fit, the first checked calls get buffers and the
 child writes files for the rest (child/worker.py save_outputs); on a CPU, files. Fewer
 fit by the plan, or by what the server finds free when it allocates them (it then gives
 back what it keeps first, and hands over as many as fit, at least MIN_SLOTS).
@@ -28,10 +28,8 @@ from kb_eval.eval.schedule.context import EvalContext, is_cpu
 from kb_eval.eval.wire.device import MAX_SLOTS, slot_size
 
 MIN_OUT_BYTES = 1 << 20  # below this a file in /dev/shm costs about what a server call does
-# Fewer buffers than this are not worth a sample's export: on the H100, a KernelBench
-# L1Norm (16 GiB need, 8 GiB outputs) has room for two of its four checked calls; all
-# four through files took 25 s of the sample, against 2.6 s for a 12 GiB problem's
-# four through buffers.
+# Fewer buffers than this are not worth a sample's export; two already spare most of a
+# large problem's file traffic (docs/PERFORMANCE.md).
 MIN_SLOTS = 2
 
 

@@ -2,8 +2,8 @@
 
 Some generated candidates call `load_inline` inside `__init__` or on their first
 `forward`, not at import. The build child (import only) then compiles nothing, and the
-compile runs in the run child, on the device lane: on the H100, such candidates of the
-throughput corpus held the lane 63-65 s each in `child_correctness`, the GPU idle.
+compile runs in the run child, on the device lane, for about a minute each with the GPU
+idle (docs/PERFORMANCE.md, "First-call compiles in the build pool").
 
 So after a build, a source that calls a compiler inside a function gets a second build
 child (same sandbox: no GPU visible, niced, off the timing cores, memory-capped) that

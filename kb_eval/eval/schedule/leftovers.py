@@ -7,9 +7,8 @@ reaches the exit handlers that end its children and remove its scratch. It leave
 - its candidates' output files in /dev/shm (gigabytes a sample for large problems) and
   its invocation folder (reference outputs, locks).
 The next run's memory plans then find the device short and its output files go to disk.
-On the H100 a model-style corpus run, started on the machine right after a `check
---harness` killed that way, judged 30 samples in 540 s (112 in 325 s on a fresh machine);
-that this was the cause is likely, not shown: no record of that run came back.
+A run started right after one killed that way was several times slower
+(docs/PERFORMANCE.md; likely this cause, not shown).
 
 So a pool, as it starts, ends this user's sandbox processes whose evaluator is gone
 (isolation.end_orphans_of_dead_runs: each child carries its evaluator's pid and start

@@ -25,7 +25,7 @@ from kb_eval.inputs import make_init_inputs, make_inputs, precision_dtype
 from kb_eval.work import bounded
 
 # Reference outputs kept on a GPU between samples: at most this share of its memory
-# (3 % is 2.4 GB on an 80 GB H100).
+# (3 % is 2.4 GB of an 80 GB GPU).
 KEEP_SHARE = 0.03
 RELEASE_SLACK = 1 << 30  # cached allocator blocks beyond what is kept: returned after a call
 # A forward on the meta device past this bound leaves the outputs' size unknown, as for

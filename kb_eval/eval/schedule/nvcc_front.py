@@ -17,11 +17,10 @@ where those headers are smaller, trying two tiers in turn:
   tensor API.
 
 then the real header. The first compile that succeeds is the build's; if all fail, the
-real compile's result and diagnostics are returned, never a tier's. A typical
-candidate's file (benchmarks/compile_cost.py's) took 14.6 s lean, 26.0 s slim and 46.0 s
-real on the H100 machine; 20.8 s lean, 38.5 s slim and 68 s real on this project's 2-core
-CPU (nvcc by hand: no CUDA torch there). A source the lean tier cannot compile costs
-little more: one that needed the slim tier took 36.0 s there, the lean try failing early.
+real compile's result and diagnostics are returned, never a tier's. Each smaller tier
+compiles a typical candidate's file in about half the time of the next, and a source the
+lean tier cannot compile costs little more, the lean try failing early
+(benchmarks/compile_cost.py; figures in docs/PERFORMANCE.md).
 
 Why a smaller header does not change what a source means: what the larger headers add
 lives under its own names (torch::nn, torch::optim, py::, at::cat, operators on tensors,

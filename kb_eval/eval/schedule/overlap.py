@@ -9,18 +9,17 @@ next call's inputs drawn beside them, what it stages) and its output buffers, an
 reference server, which works for one sample at a time, the most any sample in flight
 needs of it (three footprints for its paired rounds, or the float64 truth's need). The
 charges in flight never add up to more than the plan's free memory; a sample too large
-for that runs alone. (On the H100 the children of KernelBench's 8 GiB problems, level1/47
-to 53, peaked at 24 GiB, three footprints: three of them at once, each charged as if it
-held the server's share too, left the server's paired rounds out of memory.) Samples
+for that runs alone. (Children of large problems peak at three footprints; three of them
+at once, each charged as if it held the server's share too, once left the server's
+paired rounds out of memory: docs/PERFORMANCE.md.) Samples
 start in the order they came, except that a later one may pass a waiting one that does
 not fit yet when that cannot make it wait longer than for the samples already running
 (`DeviceSlots._may_start`), so a large problem that waits for room does not keep small
 ones from running beside the samples it waits for. A sample whose child has finished its
 timing step gives its place back (`Slot.timed`) and keeps only its memory charge: its
 child's last steps (re-checks, shape probe) wait for the device's next shared turn, and
-before this the next sample's child could not start until they were done. On the H100
-(100 CUDA candidates, all builds cached, depth 3) a finished sample held its place
-0.42 s (median) beyond its timing, one of the three places always idle so. A child that
+before this the next sample's child could not start until they were done, leaving a
+place idle (docs/PERFORMANCE.md). A child that
 compiles a build of the candidate's own (child/compiles.py) holds no place meanwhile
 (`Slot.compiling`): its compile is CPU work, and the next sample starts beside it. It
 takes no place back when its compile ends, so a lane may briefly run more than its depth
@@ -52,8 +51,7 @@ from kb_eval.eval.config import EvalConfig
 PROGRESS = "progress"
 CHILD_FOOTPRINT = 3  # a child in flight, in reference footprints (module docstring)
 # Samples a device's lanes hold planned and waiting beside those in flight, so a later one
-# can pass one waiting for room (in a replay of the H100's KernelBench level 1-3 records
-# through a model of the lanes, two came within 1 % of the wall that sixteen gave).
+# can pass one waiting for room (two do about as well as many: docs/PERFORMANCE.md).
 WAITING_LANES = 2
 
 

@@ -29,11 +29,10 @@ fails for any reason, as before with torch's header, whose result and diagnostic
 the compile's. main.cpp of a CUDA candidate (declarations and the module) and most C++
 candidates need no more; what the full header adds has names of its own (torch::nn,
 torch::optim, torch::python), so a source that uses it fails the slim try instead of
-meaning something else. A C++ candidate's main.cpp took 4.8 s with the slim PCH against
-7.5 s with torch's on the H100 machine (`benchmarks/compile_cost.py --cpp`); a CUDA
-candidate's 8.8 s against 12.1 s on this project's 2-core CPU (GCC still instantiates, in
-every compile, the templates the header's inline functions use: what a smaller header
-saves). `KB_PCH_SLIM=0` skips the slim tier.
+meaning something else. The slim PCH compiles main.cpp faster than torch's
+(`benchmarks/compile_cost.py --cpp`, docs/PERFORMANCE.md): GCC still instantiates, in
+every compile, the templates the header's inline functions use, which is what a smaller
+header saves. `KB_PCH_SLIM=0` skips the slim tier.
 
 Anything else (linking, `-E`, version queries, other sources) goes straight to the real
 compiler (`KB_PCH_CXX`), and so does every compile when `KB_PCH_BYPASS` is set (the
@@ -83,7 +82,7 @@ def install(folder: Path, real_cxx: str) -> dict[str, str]:
 
 # What the compiler is asked that is no compile: torch's load_inline asks the version in
 # every run child (get_compiler_abi_compatibility_and_version), and through a Python start
-# that took ~80 ms of each H100 child's load, the device held shared.
+# that took tens of ms of each child's load, the device held shared (docs/PERFORMANCE.md).
 VERSION_QUERIES = ("-dumpfullversion -dumpversion", "-dumpversion", "-dumpfullversion",
                    "--version", "-v")
 

@@ -1,9 +1,9 @@
 """One CPU core for both sides of a paired timing, on a GPU.
 
 A network of small kernels (KernelBench level 3) is launch-bound: its time is how fast the
-host enqueues kernels, not how fast the GPU runs them. On the H100 machine the same model
-enqueued in two processes, each on its own core, differed by up to a third between
-processes (see docs/GUARANTEES.md), enough to call a copy of the reference significantly
+host enqueues kernels, not how fast the GPU runs them. The same model enqueued in two
+processes, each on its own core, differed by up to a third between processes (see
+docs/GUARANTEES.md), enough to call a copy of the reference significantly
 faster than itself. So the pairing pins the launching (main) thread of the candidate's
 child and of the reference server to the same core for the timing step, and asserts it
 again before every round: either process may have moved meanwhile (candidate code can
@@ -46,8 +46,8 @@ def timing_core(device: str) -> int | None:
 def untimed_cores(devices: list[str]) -> set[int] | None:
     """The cores for everything but a timing step: all but the GPUs' timing cores. Builds
     and every device child (candidate children, their spares and zygote, the reference
-    servers) start on these, so nothing preempts a timing thread: on the H100 machine,
-    builds of other candidates preempted a side-stream cheat's device-wide waits (a
+    servers) start on these, so nothing preempts a timing thread: builds of other
+    candidates once preempted a side-stream cheat's device-wide waits (a
     preempted wait proves nothing), and with several children per GPU a neighbour's
     correctness work could land on the core being timed. The pairing moves the timed
     child's and the server's main threads onto the timing core for the timing step.

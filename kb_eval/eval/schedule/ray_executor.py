@@ -69,8 +69,8 @@ class RayPool(RecordStream):
         self.token = secrets.token_hex(4)
         self.spec = self._spec()
         # A build task takes 1/BUILDS_PER_CORE of a CPU: a node runs as many builds at
-        # once as a local run there (default_jobs). With 1 CPU each, the H100 host (16
-        # cores) ran 16 where a local run ran 20, and a cold run took 1.11x as long.
+        # once as a local run there (default_jobs); with 1 CPU each, a cold run took
+        # longer (docs/PERFORMANCE.md).
         cpus = ray.cluster_resources().get("CPU", 1)
         self.builds = ThreadPoolExecutor(max(ctx.config.jobs, int(cpus * BUILDS_PER_CORE)),
                                          thread_name_prefix="kb-ray-build")

@@ -105,8 +105,8 @@ def build_on_node(spec: dict, source: str, workdir: str,
         raise RuntimeError(why)
     adopt_driver_env(spec["driver_env"])
     cfg = spec["config"]
-    # No spares: each of a node's Ray workers would keep its own two (on the H100 host,
-    # 20 build workers started 40 torch imports that sat idle beside the compilers).
+    # No spares: each of a node's Ray workers would keep its own two, torch imports that
+    # sit idle beside the compilers (docs/PERFORMANCE.md).
     builder = Builder(root=cfg.cache_dir / "builds", fingerprint=spec["fingerprint"],
                       env=spec["build_env"], timeout_s=cfg.build_timeout_s,
                       mem_limit_mb=cfg.mem_limit_mb, spares=False, warm_pch=False)

@@ -61,9 +61,8 @@ def _evaluate_planned(ctx: EvalContext, refs: ReferenceStore, task: SampleTask,
     if _setup_failure(retry) and _control_sets_up(ctx, refs, task, device):
         if _setup_oom(retry):
             # Device memory is shared with the server and the neighbours: short when the
-            # candidate set up, enough when the control did just now (the H100's level-1
-            # sweep: a reference copy of level1/97 out of memory in setup on both tries
-            # while the server held 71 GiB, then judged correct alone). One more try in
+            # candidate set up, enough when the control did just now (seen in a level-1
+            # sweep: docs/PERFORMANCE.md). One more try in
             # the room the control found; failing setup again there is the candidate's.
             retry = evaluate_once(ctx, refs, task, device)
             retry.retried = why

@@ -3,8 +3,8 @@ and the candidate's child copies its outputs into (CUDA IPC), instead of files.
 
 Why: a KernelBench v0.2 elementwise problem returns 6.4 GB per call. Through a file that
 is a device-to-host copy and a write in the child, a read and a host-to-device copy in the
-server: on the H100, 3.07 s + 2.00 s per checked call, four checked calls per sample. A
-device-to-device copy into the server's buffer took 4.4 ms.
+server: seconds per checked call, four checked calls per sample, where a device-to-device
+copy into the server's buffer takes milliseconds (docs/PERFORMANCE.md).
 
 Who holds what:
 - The server allocates each buffer with the CUDA driver's own `cuMemAlloc` (not torch's

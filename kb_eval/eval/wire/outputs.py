@@ -8,9 +8,9 @@ and the reader checks the header against a whitelist of dtypes, the file's exact
 a cap before it reads a byte of data (a candidate wrote the file). It reads into memory it
 owns (no mmap: a file cut short under it cannot crash the reader).
 
-Why not torch.save: on the H200 saving one 64 MB output that way took 79 ms (a pageable
-copy, a clone, a zip with its CRC), and a sample saves up to 14 outputs; a pinned copy plus
-one write, as here, took 22 ms.
+Why not torch.save: it makes a pageable copy, a clone and a zip with its CRC, and a sample
+saves up to 14 outputs; a pinned copy plus one write, as here, takes under a third of its
+time (docs/PERFORMANCE.md).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def aligned(n: int) -> int:
 
 class Staging:
     """A reusable pinned host buffer: copies between a GPU and pinned memory run at full
-    speed (1.2 ms per 64 MB device-to-host on the H200, 36 ms from pageable memory).
+    speed (some 30x faster than from pageable memory: docs/PERFORMANCE.md).
     What it hands out is valid until its next use."""
 
     def __init__(self):
@@ -189,13 +189,10 @@ def _views(data: torch.Tensor, layout: list) -> list[torch.Tensor]:
     return tensors
 
 
-# Large files are read in pieces by several threads (os.preadv lets go of the GIL): on
-# this project's 2-core CPU, a 2 GiB file in /dev/shm read into a reused buffer (as the
-# server's pinned staging one) took 0.29-0.73 s by one thread (3.0-7.4 GB/s), 0.16-0.19 s
-# by two (11.6-13.3 GB/s), three runs each, alternating. On the H100 the reference
-# server's judging of KernelBench level1/34-39, outputs of 7-8 GiB partly through files
-# (no room for a buffer each), took 26.4 of the level's 31.2 s. Writing does not gain so
-# (the writer allocates the file's pages: 2.2-2.9 GB/s alone, 1.9-2.1 with two threads).
+# Large files are read in pieces by several threads (os.preadv lets go of the GIL): two
+# threads read about twice as fast as one, and reading multi-GiB outputs from files was
+# most of the judging of the largest problems (docs/PERFORMANCE.md). Writing does not gain
+# so (the writer allocates the file's pages).
 READ_PIECE = 64 << 20
 READ_THREADS = min(8, os.cpu_count() or 1)
 
