@@ -80,9 +80,7 @@ MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
 # Today's offenders, by path relative to the repository (modules) or path:qualified name
 # (functions). The list may only shrink: an entry that no longer offends fails below.
-LONG_MODULES = {
-    "kb_eval/timing.py",
-}
+LONG_MODULES: set[str] = set()
 LONG_FUNCTIONS = {
     "kb_eval/eval/schedule/sample.py:_evaluate",
 }

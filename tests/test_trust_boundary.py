@@ -30,7 +30,7 @@ ENTRY = ["kb_eval", "kb_eval.isolation", "kb_eval.isolation.child",
 RUN_CHILD = sorted(ENTRY + [
     "kb_eval.clocks", "kb_eval.devlock", "kb_eval.errors", "kb_eval.faults", "kb_eval.harness",
     "kb_eval.inputs", "kb_eval.problems", "kb_eval.profile", "kb_eval.profile.launches",
-    "kb_eval.timing",
+    "kb_eval.timing", "kb_eval.timing_plan",
     "kb_eval.eval", "kb_eval.eval.child", "kb_eval.eval.child.baton",
     "kb_eval.eval.child.calls", "kb_eval.eval.child.compiles", "kb_eval.eval.child.gate",
     "kb_eval.eval.child.integrity", "kb_eval.eval.child.observe", "kb_eval.eval.child.paired",

@@ -86,6 +86,32 @@ def test_tripwire_sees_code_swap(restore):
         timing.time_callable.__code__ = original
 
 
+def test_tripwires_see_timing_plan_patches(restore):
+    """The timing policy (kb_eval.timing_plan, re-exported by kb_eval.timing) is watched
+    as the timing module is: a function rebound there (which kb_eval.timing's names would
+    not show), a swapped code object or a class attribute, by the full check and by the
+    one after every timed call."""
+    import kb_eval.timing_plan as plan
+
+    snap = integrity.Snapshot()
+    real_kept, code = plan.kept, plan.round_medians.__code__
+    try:
+        plan.kept = lambda settings, r, samples: samples[:1]
+        assert "kb_eval.timing_plan.kept" in snap.changes()
+        assert "kb_eval.timing_plan.kept" in snap.changes(timer_only=True)
+        plan.kept = real_kept
+        assert snap.changes(timer_only=True) == []
+        plan.round_medians.__code__ = (lambda samples_ms, max_rounds=20: []).__code__
+        assert "kb_eval.timing_plan.round_medians" in snap.changes()
+        assert "kb_eval.timing_plan.round_medians" in snap.changes(timer_only=True)
+        plan.round_medians.__code__ = code
+        plan.TimingStats.of = classmethod(lambda cls, xs: None)
+        assert "kb_eval.timing_plan.TimingStats.of" in snap.changes()
+    finally:
+        plan.kept = real_kept
+        plan.round_medians.__code__ = code
+
+
 TIMER_PATCHES = [
     (lambda: setattr(__import__("kb_eval.clocks").clocks, "perf_counter", lambda: 0.0),
      "kb_eval.clocks.perf_counter"),

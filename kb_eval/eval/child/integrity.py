@@ -6,9 +6,9 @@ comparing, seeding and reporting rely on:
   torch.cuda.Event and its methods, torch.allclose, torch.save, os.urandom, ...): the
   object's identity and, for Python functions, the identity of its code, defaults and
   closure;
-- every global name of our own modules (kb_eval.timing, .inputs, .harness, .eval.worker,
-  .eval.guards, ...) and every attribute of our timer classes: so `timing.clocks = fake`,
-  `TimingStats.of = ...` or a re-imported module are seen;
+- every global name of our own modules (kb_eval.timing, .timing_plan, .inputs, .harness,
+  .eval.worker, .eval.guards, ...) and every attribute of our timer classes: so
+  `timing.clocks = fake`, `TimingStats.of = ...` or a re-imported module are seen;
 - `sys.modules` entries of those modules, builtins, sys.settrace/setprofile hooks;
 - the numerics switches the run fixed (TF32, float32 matmul precision, reduced-precision
   reductions).
@@ -70,7 +70,8 @@ TIMER_PATHS = [(m, p) for m, p in PROTECTED if m in ("time", "gc") or p.startswi
 
 # Our own modules: every global name (so `kb_eval.timing.clocks = fake` shows) and the
 # attributes of the classes that time and judge.
-OWN_MODULES = ("kb_eval.timing", "kb_eval.clocks", "kb_eval.inputs", "kb_eval.harness",
+OWN_MODULES = ("kb_eval.timing", "kb_eval.timing_plan", "kb_eval.clocks", "kb_eval.inputs",
+               "kb_eval.harness",
                "kb_eval.problems", "kb_eval.isolation", "kb_eval.isolation.child",
                "kb_eval.eval.child.worker", "kb_eval.eval.child.calls",
                "kb_eval.eval.child.observe", "kb_eval.eval.child.probes",
@@ -78,10 +79,14 @@ OWN_MODULES = ("kb_eval.timing", "kb_eval.clocks", "kb_eval.inputs", "kb_eval.ha
                "kb_eval.eval.wire.outputs")
 OWN_CLASSES = [("kb_eval.timing", "_CpuTimer"), ("kb_eval.timing", "_CudaTimer"),
                ("kb_eval.timing", "TimingStats"), ("kb_eval.timing", "TimingSettings"),
+               ("kb_eval.timing_plan", "TimingStats"),
+               ("kb_eval.timing_plan", "TimingSettings"),
                ("kb_eval.eval.child.integrity", "Snapshot"), ("kb_eval.eval.child.calls", "Watch"),
                ("kb_eval.eval.child.calls", "TimedCalls"),
                ("kb_eval.eval.child.threads", "Ledger")]
-TIMER_MODULES = ("kb_eval.timing", "kb_eval.clocks")
+# timing_plan: the policy the timed rounds apply (TimingSettings.n_calls, kept,
+# paired_rounds, TimingStats.of's round_medians), checked as often as the timers.
+TIMER_MODULES = ("kb_eval.timing", "kb_eval.timing_plan", "kb_eval.clocks")
 TIMER_CLASSES = [c for c in OWN_CLASSES if c[1] in ("_CpuTimer", "_CudaTimer")]
 
 
