@@ -30,8 +30,8 @@ from kb_eval import clocks
 from kb_eval.timing_plan import (  # noqa: F401
     GPU_PACED_UNTIMED_MAX_MS, LAUNCH_BOUND_SHARE, MAX_ROUNDS, SLOW_CUT_MIN_ROUNDS, SLOW_CUT_MS,
     SLOW_CUT_RATIO, SLOW_SIDE_RATIO, STORED_BEFORE, UNTIMED_CALL_MAX_MS, WARMUP_MS,
-    TimingSettings, TimingStats, budgeted, cut_rounds, kept, method_for, own_pace,
-    paired_rounds, round_medians, slow_cut)
+    TimingSettings, TimingStats, cut_rounds, kept, method_for, paired_rounds, plan_timing,
+    round_medians)
 
 ArgsForTrial = Callable[[int], Sequence[Any]]
 

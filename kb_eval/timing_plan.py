@@ -1,9 +1,9 @@
 """Timing policy: the settings (TimingSettings), the thresholds that shape a timing, how
-many warm-up calls, timed calls and paired rounds a call gets (budgeted, own_pace,
-slow_cut), how rounds are split (paired_rounds, kept) and summarised (TimingStats,
-round_medians). Torch-free: what needs only the policy need not load torch. The
-measurement itself (timers, device waits, the timed calls) is kb_eval/timing.py's, which
-re-exports all of this.
+many warm-up calls, timed calls and paired rounds a sample's timing gets (plan_timing,
+its one entry point), how rounds are split (paired_rounds, kept) and summarised
+(TimingStats, round_medians). Torch-free: what needs only the policy need not load
+torch. The measurement itself (timers, device waits, the timed calls) is
+kb_eval/timing.py's, which re-exports all of this.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from typing import Any, Sequence
 from pydantic import BaseModel, Field, model_validator
 
 # ----------------------------------------------------------------------- thresholds
-# Every figure that shapes a timing, in one place; the functions below apply them.
+# Every figure that shapes a timing, in one place; plan_timing's steps apply them.
 
-# Calls at least this long start their paired rounds without an untimed call (budgeted),
+# Calls at least this long start their paired rounds without an untimed call (_budgeted),
 # and GPU-paced ones (not launch-bound) from GPU_PACED_UNTIMED_MAX_MS on: the round's
 # spin-up (`round_spin_up_ms`) brings the clocks up, and the first call's host path is
 # covered (`launch_cover_ms`); the untimed calls otherwise cost as much device time as
@@ -39,14 +39,14 @@ LAUNCH_BOUND_SHARE = 0.6
 WARMUP_MS = 20.0
 
 # A side at least this many times slower than the reference (and at UNTIMED_CALL_MAX_MS
-# or more a call) warms up on its own calls (own_pace): its correctness calls are timed
+# or more a call) warms up on its own calls (_own_pace): its correctness calls are timed
 # by its host beside other children's work, so a margin keeps a candidate that merely
 # ran beside a busy neighbour on the reference's protocol.
 SLOW_SIDE_RATIO = 3.0
 
-# A candidate this many times slower than the reference (own_pace's figures), whose timed
+# A candidate this many times slower than the reference (_own_pace's figures), whose timed
 # calls would take more than SLOW_CUT_MS, is timed in fewer paired rounds of one call each
-# (slow_cut): such candidates held the device alone for a large share of the timing
+# (_slow_cut): such candidates held the device alone for a large share of the timing
 # steps (docs/PERFORMANCE.md). Their speedups are far from any fast_p threshold; the
 # rounds that remain still give an interval.
 SLOW_CUT_RATIO = 10.0
@@ -54,7 +54,7 @@ SLOW_CUT_MS = 1000.0
 SLOW_CUT_MIN_ROUNDS = 5
 
 # The most blocks a call's times are summarised in (TimingStats.rounds, round_medians),
-# and the floor of `budgeted`'s cut (one timed call per block).
+# and the floor of `_budgeted`'s cut (one timed call per block).
 MAX_ROUNDS = 20
 
 # What settings stored before these fields existed were timed with (_stored_before).
@@ -110,8 +110,31 @@ class TimingSettings(BaseModel):
         return self.trials + (1 if self.discard_first else 0)
 
 
-def budgeted(settings: TimingSettings, call_ms: float | None,
-             launch_ms: float | None = None) -> TimingSettings:
+def plan_timing(settings: TimingSettings, *, reference_ms: float | None = None,
+                launch_ms: float | None = None, own_ms: float | None = None,
+                paired: bool = True) -> TimingSettings:
+    """The settings of one sample's timing, the policy's one entry point (thresholds: the
+    constants above). In order:
+    1. the budget at the reference's pace (`reference_ms` a call, `launch_ms` of it spent
+       launching; _budgeted): about `budget_ms` of timed calls, and no warm-up or untimed
+       calls beyond what warms the device, since round medians, not call counts, carry a
+       speedup. Idempotent for the same figures: the parent plans with the reference's
+       estimate, the child plans the parent's settings again with the same figures and
+       its own pace, and gets the same budget;
+    2. only with the candidate's own pace `own_ms` (the child's): a side far slower than
+       the reference warms up on its own calls, which bring the clocks up (_own_pace);
+       when `paired`, a very slow one is timed in fewer rounds of one call, its speedup
+       far from any threshold (_slow_cut; the child announces them, cut_rounds)."""
+    settings = _budgeted(settings, reference_ms, launch_ms)
+    if own_ms is None:
+        return settings
+    settings = _own_pace(settings, own_ms, reference_ms)
+    cut = _slow_cut(settings, own_ms, reference_ms) if paired else None
+    return settings if cut is None else cut
+
+
+def _budgeted(settings: TimingSettings, call_ms: float | None,
+              launch_ms: float | None = None) -> TimingSettings:
     """The settings of one sample's paired timing when a reference call takes about
     `call_ms`, of which its host spent `launch_ms` launching it: `trials` cut to what fits
     in `budget_ms` (never below one call per paired round, or per block of the unpaired
@@ -140,12 +163,12 @@ def budgeted(settings: TimingSettings, call_ms: float | None,
     return settings.model_copy(update=update)
 
 
-def own_pace(settings: TimingSettings, own_ms: float | None,
-             reference_ms: float | None) -> TimingSettings:
+def _own_pace(settings: TimingSettings, own_ms: float | None,
+              reference_ms: float | None) -> TimingSettings:
     """The candidate side's own settings once its calls are known to take about `own_ms`
     (its correctness calls after the first) against the reference's `reference_ms`: a
     side this slow (SLOW_SIDE_RATIO, UNTIMED_CALL_MAX_MS) warms up on one call and starts
-    its rounds without an untimed call, as `budgeted` has both sides do when the
+    its rounds without an untimed call, as `_budgeted` has both sides do when the
     reference's calls are that long: each of its calls is GPU work enough to bring the
     clocks up. The reference side and the rounds' calls are unchanged (figures:
     docs/PERFORMANCE.md). A candidate that slows its correctness calls to get here only
@@ -158,8 +181,8 @@ def own_pace(settings: TimingSettings, own_ms: float | None,
                                        "warmup": min(settings.warmup, 1)})
 
 
-def slow_cut(settings: TimingSettings, own_ms: float | None,
-             reference_ms: float | None) -> TimingSettings | None:
+def _slow_cut(settings: TimingSettings, own_ms: float | None,
+              reference_ms: float | None) -> TimingSettings | None:
     """The settings of a very slow candidate's paired timing: as many rounds of one timed
     call as take about SLOW_CUT_MS at its pace, at least SLOW_CUT_MIN_ROUNDS (both sides
     time those rounds: the reference server learns of the cut from the pairing, and the

@@ -15,7 +15,7 @@ from adversarial.evalrun import run_eval
 from candidates.eval_kit import tuned_config
 from kb_eval.eval.judge.confidence import paired_interval, paired_speedup, widened
 from kb_eval.eval.schedule.pairing import reference_rounds_before
-from kb_eval.timing import TimingSettings, kept, own_pace, paired_rounds
+from kb_eval.timing import TimingSettings, kept, paired_rounds, plan_timing
 
 HERE = Path(__file__).resolve().parent / "paired"
 
@@ -184,14 +184,19 @@ def test_the_candidate_side_skips_the_rounds_untimed_calls_when_told(tmp_path, u
 
 
 def test_own_pace_lets_only_a_clearly_slower_side_warm_up_on_its_own_calls():
-    """timing.own_pace, by hand: 10 ms calls at least, and three times the reference's."""
-    settings = TimingSettings(warmup=5, round_untimed=True)
+    """timing.plan_timing's own pace, by hand (no budget, unpaired: that step alone): 10 ms
+    calls at least, and three times the reference's."""
+    settings = TimingSettings(warmup=5, round_untimed=True, budget_ms=0)
+
+    def own_pace(s: TimingSettings, own_ms, reference_ms) -> TimingSettings:
+        return plan_timing(s, reference_ms=reference_ms, own_ms=own_ms, paired=False)
+
     slow = own_pace(settings, own_ms=40.0, reference_ms=4.0)
     assert (slow.warmup, slow.round_untimed) == (1, False)
     assert slow.trials == settings.trials and slow.paired_rounds == settings.paired_rounds
     for own, ref in ((40.0, 14.0), (8.0, 1.0), (40.0, None), (None, 4.0)):
         assert own_pace(settings, own, ref) == settings, (own, ref)
-    assert own_pace(TimingSettings(warmup=0), 40.0, 4.0).warmup == 0
+    assert own_pace(settings.model_copy(update={"warmup": 0}), 40.0, 4.0).warmup == 0
 
 
 SLOW_SOFTMAX = '''
@@ -238,20 +243,23 @@ def test_a_slow_candidate_starts_its_rounds_on_its_own_calls(tmp_path, build_cac
 
 
 def test_slow_cut_by_hand():
-    """timing.slow_cut: ten times the reference's pace and more than a second of timed
-    calls; as many one-call rounds as take about a second, at least five, never as many
-    calls as before."""
-    from kb_eval.timing import slow_cut
-
+    """timing.plan_timing's slow cut: ten times the reference's pace and more than a second
+    of timed calls; as many one-call rounds as take about a second, at least five, never
+    as many calls as before."""
     s = TimingSettings(trials=23, paired_rounds=20)
-    cut = slow_cut(s, own_ms=370.0, reference_ms=4.4)
+
+    def rounds_calls(s: TimingSettings, own_ms, reference_ms) -> tuple[int, int]:
+        plan = plan_timing(s, reference_ms=reference_ms, own_ms=own_ms)
+        return plan.paired_rounds, plan.trials
+
+    cut = plan_timing(s, reference_ms=4.4, own_ms=370.0)
     assert (cut.paired_rounds, cut.trials, cut.n_calls) == (5, 5, 6)
     assert [len(r) for r in paired_rounds(cut)] == [2, 1, 1, 1, 1]  # the discarded first
-    assert slow_cut(s, 60.0, 4.4).paired_rounds == 17
+    assert rounds_calls(s, 60.0, 4.4) == (17, 17)
     for own, ref in ((43.0, 4.4), (30.0, 1.0), (370.0, None), (None, 4.4)):
-        assert slow_cut(s, own, ref) is None, (own, ref)  # not that slow, or no figure
-    assert slow_cut(TimingSettings(trials=5, paired_rounds=5), 370.0, 4.4) is None
-    assert slow_cut(TimingSettings(paired_rounds=0), 370.0, 4.4) is None
+        assert rounds_calls(s, own, ref) == (20, 23), (own, ref)  # not that slow, no figure
+    assert rounds_calls(TimingSettings(trials=5, paired_rounds=5), 370.0, 4.4) == (5, 5)
+    assert rounds_calls(TimingSettings(paired_rounds=0), 370.0, 4.4)[0] == 0
 
 
 def test_pairing_takes_a_cut_only_within_its_rounds(tmp_path):
@@ -293,7 +301,7 @@ class ModelNew(nn.Module):
 
 def test_a_very_slow_candidate_is_timed_in_fewer_rounds(tmp_path, build_cache_dir):
     """A candidate hundreds of times slower than its reference is timed in five paired
-    rounds of one call (timing.slow_cut), both sides alike: correct, paired, its
+    rounds of one call (timing.plan_timing), both sides alike: correct, paired, its
     re-checks complete, flagged `fewer_rounds` (info). One slow only in its correctness
     calls gets the same cut and a warning that it was not that slow."""
     slow, liar = tmp_path / "very_slow.py", tmp_path / "slow_then_fast.py"

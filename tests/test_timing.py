@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from kb_eval.timing import TimingSettings, TimingStats, time_callable
+from kb_eval.timing import TimingSettings, TimingStats, plan_timing, time_callable
 
 
 def test_stats_of_known_samples():
@@ -84,57 +84,113 @@ def test_files_from_before_the_spin_up_setting_keep_their_settings():
         TimingSettings(launch_cover_ms=-0.1)
 
 
-def test_budgeted_calls_by_hand():
-    """timing.budgeted: trials cut to budget / call time, at least one per paired round
-    (or per block of the unpaired statistics), never more than asked; 0 or no estimate:
-    as asked."""
-    from kb_eval.timing import budgeted
+def parent_plan(settings: TimingSettings, call_ms, launch_ms=None) -> TimingSettings:
+    """plan_timing's budget step: the parent's plan, at the reference's pace alone."""
+    return plan_timing(settings, reference_ms=call_ms, launch_ms=launch_ms)
 
+
+def test_budgeted_calls_by_hand():
+    """timing.plan_timing's budget: trials cut to budget / call time, at least one per
+    paired round (or per block of the unpaired statistics), never more than asked; 0 or
+    no estimate: as asked."""
     s = TimingSettings(trials=100, paired_rounds=20, budget_ms=100)
-    assert budgeted(s, 0.01).trials == 100  # short calls: all of them
-    assert budgeted(s, 3.0).trials == 34  # ceil(100 / 3)
-    assert budgeted(s, 22.0).trials == 20  # one per round
-    assert budgeted(s, None).trials == budgeted(s, 0).trials == 100
-    assert budgeted(s.model_copy(update={"budget_ms": 0}), 22.0).trials == 100
-    assert budgeted(s.model_copy(update={"trials": 12}), 22.0).trials == 12
-    assert budgeted(s.model_copy(update={"paired_rounds": 0}), 50.0).trials == 20
+    assert parent_plan(s, 0.01).trials == 100  # short calls: all of them
+    assert parent_plan(s, 3.0).trials == 34  # ceil(100 / 3)
+    assert parent_plan(s, 22.0).trials == 20  # one per round
+    assert parent_plan(s, None).trials == parent_plan(s, 0).trials == 100
+    assert parent_plan(s.model_copy(update={"budget_ms": 0}), 22.0).trials == 100
+    assert parent_plan(s.model_copy(update={"trials": 12}), 22.0).trials == 12
+    assert parent_plan(s.model_copy(update={"paired_rounds": 0}), 50.0).trials == 20
     # a call of 10 ms or more starts its rounds on the spin-up alone; shorter ones keep it
-    assert [budgeted(s, ms).round_untimed for ms in (0.01, 9.9, 10.0, 200.0)] == \
+    assert [parent_plan(s, ms).round_untimed for ms in (0.01, 9.9, 10.0, 200.0)] == \
         [True, True, False, False]
-    assert budgeted(s.model_copy(update={"budget_ms": 0}), 200.0).round_untimed
+    assert parent_plan(s.model_copy(update={"budget_ms": 0}), 200.0).round_untimed
     # on a GPU, a call its kernels pace does so from 2 ms on; a launch-bound one (the
     # host's pace) and a CPU's (no launch figure) from 10 ms
-    assert [budgeted(s, ms, 0.2).round_untimed for ms in (1.9, 2.0, 4.3)] == [True, False, False]
-    assert budgeted(s, 4.3, 4.0).round_untimed and budgeted(s, 4.3, None).round_untimed
-    assert not budgeted(s, 12.0, 11.0).round_untimed
-    assert budgeted(s, 3.0).model_copy(update={"trials": 100}) == s  # nothing else moves
+    assert [parent_plan(s, ms, 0.2).round_untimed for ms in (1.9, 2.0, 4.3)] == \
+        [True, False, False]
+    assert parent_plan(s, 4.3, 4.0).round_untimed
+    assert parent_plan(s, 4.3, None).round_untimed
+    assert not parent_plan(s, 12.0, 11.0).round_untimed
+    assert parent_plan(s, 3.0).model_copy(update={"trials": 100}) == s  # nothing else moves
     # warm-ups worth 20 ms of calls, at least one; launch-bound calls keep all of theirs
-    assert [budgeted(s, ms, 0.1).warmup for ms in (0.01, 4.0, 4.1, 10.0, 200.0)] == \
+    assert [parent_plan(s, ms, 0.1).warmup for ms in (0.01, 4.0, 4.1, 10.0, 200.0)] == \
         [5, 5, 5, 2, 1]
-    assert budgeted(s, 200.0, 199.0).warmup == 5
-    assert budgeted(s.model_copy(update={"warmup": 0}), 200.0).warmup == 0
+    assert parent_plan(s, 200.0, 199.0).warmup == 5
+    assert parent_plan(s.model_copy(update={"warmup": 0}), 200.0).warmup == 0
 
 
 def test_launch_bound_calls_get_their_own_budget():
     """A reference whose host spent most of a call launching it (LAUNCH_BOUND_SHARE) is
     timed with `launch_budget_ms` when that is larger; a GPU-bound one, one without a
     launch figure (a CPU), or settings stored before the field (0) keep `budget_ms`."""
-    from kb_eval.timing import LAUNCH_BOUND_SHARE, budgeted
+    from kb_eval.timing import LAUNCH_BOUND_SHARE
 
     s = TimingSettings(trials=100, paired_rounds=20, budget_ms=100, launch_budget_ms=1000)
-    assert budgeted(s, 5.0, 4.9).trials == 100  # ceil(1000 / 5) capped at trials
-    assert budgeted(s, 20.0, 20.5).trials == 50
-    assert budgeted(s, 20.0, 0.4).trials == 20  # GPU-bound: 100 ms' worth, one a round
-    assert budgeted(s, 20.0, None).trials == 20
+    assert parent_plan(s, 5.0, 4.9).trials == 100  # ceil(1000 / 5) capped at trials
+    assert parent_plan(s, 20.0, 20.5).trials == 50
+    assert parent_plan(s, 20.0, 0.4).trials == 20  # GPU-bound: 100 ms' worth, one a round
+    assert parent_plan(s, 20.0, None).trials == 20
     edge = 20.0 * LAUNCH_BOUND_SHARE
-    assert budgeted(s, 20.0, edge).trials == 50 and budgeted(s, 20.0, edge * 0.99).trials == 20
-    assert budgeted(s.model_copy(update={"launch_budget_ms": 50}), 5.0, 5.0).trials == 20
-    assert budgeted(s.model_copy(update={"budget_ms": 0}), 20.0, 20.0).trials == 100
+    assert parent_plan(s, 20.0, edge).trials == 50
+    assert parent_plan(s, 20.0, edge * 0.99).trials == 20
+    assert parent_plan(s.model_copy(update={"launch_budget_ms": 50}), 5.0, 5.0).trials == 20
+    assert parent_plan(s.model_copy(update={"budget_ms": 0}), 20.0, 20.0).trials == 100
     stored = TimingSettings.model_validate({**s.model_dump(), "launch_budget_ms": 0})
-    assert budgeted(stored, 20.0, 20.0).trials == 20
+    assert parent_plan(stored, 20.0, 20.0).trials == 20
     old = {k: v for k, v in s.model_dump().items() if k != "launch_budget_ms"}
     assert TimingSettings.model_validate(old).launch_budget_ms == 0  # a dump from before
-    assert budgeted(TimingSettings.model_validate(old), 20.0, 20.0).trials == 20
+    assert parent_plan(TimingSettings.model_validate(old), 20.0, 20.0).trials == 20
+
+
+# Settings and reference paces the budget's branches cover: short and long calls,
+# GPU-paced, launch-bound and CPU (no launch figure), no budget, few trials or rounds.
+PLAN_SETTINGS = [TimingSettings(), TimingSettings(trials=12), TimingSettings(trials=1),
+                 TimingSettings(paired_rounds=0), TimingSettings(paired_rounds=40, trials=300),
+                 TimingSettings(budget_ms=0), TimingSettings(warmup=0, launch_budget_ms=0)]
+PACES = [(None, None), (0.0, None), (0.01, 0.005), (1.9, 0.2), (3.0, None), (4.3, 4.0),
+         (12.0, 11.0), (20.0, 0.4), (20.0, 20.5), (200.0, 199.0), (1e4, None)]
+
+
+def test_the_budget_is_the_same_planned_again():
+    """The budget step is idempotent for the same pace: settings planned once and planned
+    again with the same figures are the same settings."""
+    for s in PLAN_SETTINGS:
+        for call_ms, launch_ms in PACES:
+            once = parent_plan(s, call_ms, launch_ms)
+            assert parent_plan(once, call_ms, launch_ms) == once, (s, call_ms, launch_ms)
+
+
+def test_the_childs_plan_keeps_the_parents_calls_and_rounds():
+    """The child plans the parent's settings again with the same reference pace: without
+    its own pace, the same settings; with one that is not slow, the same calls and
+    rounds. Without the launch figure the budget would differ: the payload carries it."""
+    for s in PLAN_SETTINGS:
+        for call_ms, launch_ms in PACES:
+            parent = parent_plan(s, call_ms, launch_ms)
+            child = plan_timing(parent, reference_ms=call_ms, launch_ms=launch_ms)
+            assert child == parent, (s, call_ms, launch_ms)
+            paced = plan_timing(parent, reference_ms=call_ms, launch_ms=launch_ms,
+                                own_ms=call_ms)
+            assert (paced.trials, paced.paired_rounds) == \
+                (parent.trials, parent.paired_rounds)
+    parent = parent_plan(TimingSettings(), 20.0, 20.5)  # launch-bound: 50 calls
+    assert plan_timing(parent, reference_ms=20.0).trials == 20 != parent.trials
+
+
+def test_a_slow_candidate_gets_the_cut_rounds():
+    """The child's plan with a pace ten times the reference's and more: the budget, the
+    warm-up on its own calls, and the cut rounds of one call that the pairing takes
+    (cut_rounds); unpaired, no cut."""
+    from kb_eval.timing import cut_rounds
+
+    parent = parent_plan(TimingSettings(), 4.4, 0.1)
+    child = plan_timing(parent, reference_ms=4.4, launch_ms=0.1, own_ms=370.0)
+    assert (child.paired_rounds, child.trials, child.warmup, child.round_untimed) == \
+        (5, 5, 1, False)
+    alone = plan_timing(parent, reference_ms=4.4, launch_ms=0.1, own_ms=370.0, paired=False)
+    assert (alone.paired_rounds, alone.trials) == (parent.paired_rounds, parent.trials)
+    assert child == cut_rounds(alone, 5)  # what the pairing makes of the announced five
 
 
 def test_work_left_on_other_streams_is_the_device_waits_excess():

@@ -16,7 +16,7 @@ from kb_eval.timing import (SPENT, TimingSettings, TimingStats, kept, round_time
 
 
 # In the pairing folder, written before the first handshake by a candidate timed in fewer
-# rounds (timing.slow_cut): their number.
+# rounds (timing.plan_timing's slow cut): their number.
 ROUNDS_FILE = "rounds"
 
 

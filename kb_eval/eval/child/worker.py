@@ -57,7 +57,7 @@ from kb_eval.harness import INIT_SEED, inputs_for, load_problem, reference_model
 from kb_eval.inputs import build_model, copy_tree, make_inputs, precision_dtype
 from kb_eval.problems import load_module
 from kb_eval.profile.launches import count_or_error
-from kb_eval.timing import SPENT, own_pace, paired_rounds, slow_cut, time_callable
+from kb_eval.timing import SPENT, paired_rounds, plan_timing, time_callable
 
 CUDA_ERROR_MARKERS = ("CUDA error", "CUDA_ERROR", "illegal memory access", "cudaError",
                       "device-side assert", "unspecified launch failure")
@@ -206,7 +206,7 @@ def _timing_step(model, module, task: CandidateTask, workdir: Path, device: torc
                  seen: dict, watch: Watch, lock: DeviceLock, steps: Laps,
                  result: dict, own_ms: float | None) -> dict | None:
     """The timed calls, with the device's lock held alone; the failure's record, or None
-    (the timing added to `result`). `own_ms`: the candidate's pace (timing.own_pace)."""
+    (the timing added to `result`). `own_ms`: the candidate's pace (timing.plan_timing)."""
     set_phase(workdir, "timing")
     mark(workdir, "wait")
     dtype = precision_dtype(task.precision)
@@ -334,13 +334,13 @@ def _time_candidate(model, module, task: CandidateTask, device: torch.device, wa
     """Time on inputs drawn, at each call, from a seed the OS gives us then: nothing the
     candidate can learn beforehand predicts them. Same inputs generator, device and timer
     as the reference's timing, so the times compare."""
-    reference_ms = task.reference_call_ms
-    settings = own_pace(task.timing, own_ms,
-                        reference_ms)
-    if task.paired and (cut := slow_cut(settings, own_ms, reference_ms)):
-        # announced before the first handshake: the pairing times the reference's side so
-        settings = cut
-        (Path(task.paired.dir) / ROUNDS_FILE).write_text(str(cut.paired_rounds))
+    settings = plan_timing(task.timing, reference_ms=task.reference_call_ms,
+                           launch_ms=task.reference_launch_ms, own_ms=own_ms,
+                           paired=task.paired is not None)
+    if task.paired and settings.trials != task.timing.trials:
+        # a slow cut (the budget is the parent's plan again), announced before the first
+        # handshake: the pairing times the reference's side so
+        (Path(task.paired.dir) / ROUNDS_FILE).write_text(str(settings.paired_rounds))
     dtype = precision_dtype(task.precision)
     rounds = paired_rounds(settings) if task.paired else []
     n_calls = settings.n_calls

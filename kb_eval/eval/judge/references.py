@@ -41,7 +41,7 @@ from kb_eval.peaks import PeaksFile, peaks_path, read_peaks, write_peaks
 from kb_eval.problems import Problem
 from kb_eval.results import CrashInfo
 from kb_eval.devlock import device_lock
-from kb_eval.timing import TimingSettings, TimingStats, budgeted
+from kb_eval.timing import TimingSettings, TimingStats, plan_timing
 
 if TYPE_CHECKING:
     from kb_eval.eval.schedule.exchange import Exchange
@@ -130,10 +130,10 @@ class ReferenceStore:
 
     def sample_timing(self, problem: Problem, device: str) -> TimingSettings:
         """The timing settings of a sample of `problem`: the run's, with the timed calls
-        cut to the settings' budget at the reference's speed (timing.budgeted), which the
-        server estimates once per problem (a failed estimate: the run's settings)."""
+        cut to the settings' budget at the reference's speed (timing.plan_timing), which
+        the server estimates once per problem (a failed estimate: the run's settings)."""
         settings = self.ctx.config.timing
-        if budgeted(settings, math.inf).trials == settings.trials:
+        if plan_timing(settings, reference_ms=math.inf).trials == settings.trials:
             return settings  # nothing to cut (no budget, or too few calls): no estimate
         state = self._state(problem)
         with state.lock:
@@ -146,11 +146,15 @@ class ReferenceStore:
                 answer = parse_reply(EstimateReply, out.result) if out.ok else EstimateReply()
                 state.call_ms, state.launch_ms = answer.ms, answer.launch_ms
                 state.estimated = True
-            return budgeted(settings, state.call_ms, state.launch_ms)
+            return plan_timing(settings, reference_ms=state.call_ms,
+                               launch_ms=state.launch_ms)
 
-    def call_ms(self, problem: Problem) -> float | None:
-        """The reference's call time as sample_timing estimated it (None: not estimated)."""
-        return self._state(problem).call_ms
+    def pace(self, problem: Problem) -> tuple[float | None, float | None]:
+        """The reference's call time and, of it, its launch time, as sample_timing
+        estimated them (None: not estimated): what the candidate's child plans its
+        timing with again (timing.plan_timing)."""
+        state = self._state(problem)
+        return state.call_ms, state.launch_ms
 
     def export(self, device: str, key: str, n: int, nbytes: int,
                at_least: int | None = None) -> dict | None:

@@ -115,7 +115,7 @@ def estimate_call(payload: EstimateRequest, device: torch.device) -> dict:
     """{"ms": a rough time of one call of what paired rounds time (the baseline model),
     "launch_ms": the part of it until the call returned (its launches, on a GPU), or
     None}: the second of two synchronized calls, by the host's clock. It sizes each
-    sample's timed calls (timing.budgeted): never a figure that is scored, so it is
+    sample's timed calls (timing.plan_timing): never a figure that is scored, so it is
     taken beside other children's untimed work, whose noise only moves that count."""
     p = loaded_problem(payload, device)
     timed = baseline_model(p, payload, device)

@@ -135,7 +135,7 @@ def judge_sample(ctx: EvalContext, problem: Problem, source: str, n_correct: int
 
 
 def cut_flags(cut: TimingSettings | None, speedup: float | None) -> list[Flag]:
-    """A candidate timed in fewer rounds (timing.slow_cut) says so (info); and warns when
+    """A candidate timed in fewer rounds (timing.plan_timing) says so (info); and warns when
     its timed calls were not that slow after all (its child judged its pace by its
     correctness calls, which candidate code could have slowed on purpose)."""
     if cut is None:

@@ -55,7 +55,7 @@ class Pairing(threading.Thread):
         # server: the rounds due at one handshake, timed back to back in one call
         self.time_rounds = time_rounds
         self.settings, self.rounds = settings, len(paired_rounds(settings))
-        self.cut = False  # the candidate is timed in fewer rounds (timing.slow_cut)
+        self.cut = False  # timed in fewer rounds (timing.plan_timing's slow cut)
         self.folder, self.forbidden = folder, forbidden
         self.core, self.server_pid = core, server_pid  # pinning.py; None: not pinned
         self.server_masks: dict[int, set[int]] = {}  # each server pid's mask before
@@ -203,7 +203,7 @@ def finish_pairing(pairing: Pairing | None) -> PairedTiming | None:
     the longest the GPU stayed busy with other work while the candidate was stopped, the
     reference's median launch time (None on a CPU) and the seconds of its rounds. And
     `timing`, the settings both sides used, when the candidate was timed in fewer rounds
-    (timing.slow_cut)."""
+    (timing.plan_timing's slow cut)."""
     if pairing is None:
         return None
     ref = pairing.finish()

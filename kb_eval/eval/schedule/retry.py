@@ -29,7 +29,7 @@ def evaluate_sample(ctx: EvalContext, refs: ReferenceStore, task: SampleTask,
         return finish(unjudged(ctx, task, "too_large", plan.reason, plan), task)
     task.correct_trials = trials_for(ctx.config.correct_trials, plan.out_bytes)
     task.timing = refs.sample_timing(task.problem, device)
-    task.reference_call_ms = refs.call_ms(task.problem)
+    task.reference_call_ms, task.reference_launch_ms = refs.pace(task.problem)
     task.laps.lap("estimate")  # the reference's call time, once per problem
     task.out_bytes = plan.out_bytes
     task.exchange_bytes = exchange_bytes(ctx, plan, task.correct_trials, device)

@@ -53,6 +53,7 @@ class SampleTask:
     exchange_bytes: int = 0  # outputs handed over on the device: its buffers' size (plan)
     timing: TimingSettings | None = None  # the run's, with its calls budgeted (retry.py)
     reference_call_ms: float | None = None  # the reference's call, roughly (its estimate)
+    reference_launch_ms: float | None = None  # of it, launching (the same estimate)
     slot: Slot | None = None  # its hold on the device (overlap.py), when it shares one
     intake_done: Callable[[], None] = lambda: None  # its lane's intake (overlap.py)
     refused: list[str] = field(default_factory=list)  # what its run child tried (refusals.py)
@@ -247,6 +248,7 @@ def _payload(ctx: EvalContext, task: SampleTask, device: str) -> dict:
             "seed": ctx.problem_seed(task.problem), "correct_trials": _trials(cfg, task),
             "timing": _timing(cfg, task).model_dump(), "recheck_timed": cfg.recheck_timed,
             "reference_call_ms": task.reference_call_ms,
+            "reference_launch_ms": task.reference_launch_ms,
             "count_launches": cfg.counts_launches(ctx.device_kind),
             "device_lock": str(ctx.lock_path(device))}
 

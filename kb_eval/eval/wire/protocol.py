@@ -32,7 +32,10 @@ class CandidateTask(BaseModel):
     correct_trials: int = Field(ge=1)
     timing: TimingSettings | None = None  # None: judge only, no timing step
     recheck_timed: int = Field(0, ge=0)
-    reference_call_ms: float | None = None  # the reference's pace (timing.slow_cut)
+    # the reference's pace, its call and of it launching, as the parent planned `timing`
+    # with them: the child plans again with its own pace (timing.plan_timing)
+    reference_call_ms: float | None = None
+    reference_launch_ms: float | None = None
     count_launches: bool = False
     device_lock: str | None = None  # the device's lock file (kb_eval/devlock.py)
     paired: PairedSpec | None = None  # paired timing's folder (schedule/pairing.py)
