@@ -25,7 +25,7 @@ from kb_eval.errors import UserError
 # wide shapes that two fp32 level-1 references ran 2 % faster than the squares at
 GPU_MATMUL_SHAPES = ((2048,) * 3, (4096,) * 3, (8192,) * 3, (12288,) * 3,
                      (4096, 4096, 16384), (256, 256, 1 << 19), (2048, 4096, 8192))
-CPU_MATMUL_SHAPES = ((512,) * 3, (1024,) * 3)
+CPU_MATMUL_SHAPES = ((1024,) * 3, (2048,) * 3)
 # Bandwidth buffers: at least this (a GPU; a CPU: 64 MiB), and 4x the largest cache. On a
 # GPU large ones: activations over buffers of many GiB stream at up to 0.5 % above a 1 GiB
 # copy's rate (docs/PERFORMANCE.md, speed of light).
@@ -239,8 +239,7 @@ def _matmul_rate(dev, name: str) -> float:
             a = torch.randn(m, k, device=dev).to(dtype)
             b = torch.randn(k, n, device=dev).to(dtype)
             inner = 10 if dev.type == "cuda" else 1
-            seconds = _fastest(dev, lambda: torch.matmul(a, b), REPEATS if dev.type ==
-                               "cuda" else 3, inner)
+            seconds = _fastest(dev, lambda: torch.matmul(a, b), REPEATS, inner)
             best = max(best, 2 * m * n * k / seconds)
         return best
     finally:

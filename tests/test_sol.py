@@ -168,3 +168,26 @@ def test_gpu_peaks_measured():
     assert rates["bf16"] > rates["tf32"] > rates["fp32"]  # tensor cores, TF32 off is SIMT
     assert p.copy_bytes_per_s > 5e11 and p.cache_bytes > 0
     print(p.model_dump_json(indent=1))
+
+
+def test_a_cpu_eval_measures_its_peaks_before_the_builds(tmp_path, build_cache_dir):
+    """On a CPU the compilers share the cores: an eval without a peaks file measures them
+    once, before its builds, and its records are judged against that file; a later eval
+    on the same results folder reuses it."""
+    from adversarial.evalrun import run_eval
+
+    paired = REPO / "tests" / "paired"
+    entry = [("copy", "level1/2", paired / "candidates" / "softmax_copy.py")]
+    res = tmp_path / "res"
+    line = "measuring this machine's peaks once, before the builds start"
+    proc, rec, _ = run_eval(entry, backend="cpp", results_dir=res, cache_dir=build_cache_dir,
+                            problems=paired / "problems", args=("--jobs", "1"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stderr.count(line) == 1, proc.stderr[-3000:]
+    peaks = read_peaks(peaks_path(res, "cpu"), HardwareInfo.detect("cpu"))
+    assert peaks is not None and peaks.matmul_flops_per_s["fp32"] > 0
+    assert rec["copy"]["sol"]["bandwidth_bytes_per_s"] == pytest.approx(peaks.bandwidth)
+    again, _, _ = run_eval(entry, backend="cpp", results_dir=res, cache_dir=build_cache_dir,
+                           problems=paired / "problems", args=("--jobs", "1", "--run", "r2"))
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert line not in again.stderr
