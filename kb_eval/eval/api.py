@@ -25,8 +25,7 @@ from kb_eval.eval.judge.score import summarize_levels
 from kb_eval.peaks import measure, peaks_path, read_peaks, write_peaks
 from kb_eval.problems import Problem
 from kb_eval.results import (HARNESS_STATUSES, Producer, RunFile, SampleRecord, now_iso,
-                             sample_order,
-                             read_model, write_json_atomic)
+                             sample_order, read_model, write_json_atomic)
 
 Pair = tuple  # (Problem, int, str) or (Problem, int, str, int)
 

@@ -129,8 +129,8 @@ def skipped_warnings(misnamed_files: list[Path], outside: list[CandidateFile],
 
 def save_code(run_dir: Path, problem: Problem, sample: int, source: str) -> str:
     """Copy a candidate's source into the run's code/ folder, named as kb_eval.run names
-    an answer's code, so that the run keeps what was judged (the report shows it, a rerun
-    can use it) even when the candidate files move; returns the path relative to the run."""
+    an answer's code, so the run keeps what was judged; returns the path relative to the
+    run."""
     rel = Path("code") / f"{problem.slug}_sample{sample}_turn0.py"
     (run_dir / rel).parent.mkdir(parents=True, exist_ok=True)
     (run_dir / rel).write_text(source, encoding="utf-8")

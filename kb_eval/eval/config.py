@@ -17,10 +17,8 @@ BUILDS_PER_CORE = 1.25
 
 
 def default_jobs() -> int:
-    """Build children: a quarter more than the cores. A build is one compiler at a time for
-    most of its life, with serial gaps (torch import, ninja, link) that leave a core idle,
-    which the extra jobs fill (docs/PERFORMANCE.md; builds are niced: runs on the GPU
-    never wait)."""
+    """Build children: a quarter more than the cores, to fill the serial gaps of a build
+    (torch import, ninja, link) that leave a core idle."""
     return int((os.cpu_count() or 1) * BUILDS_PER_CORE)
 
 
@@ -75,9 +73,8 @@ class EvalConfig(BaseModel):
                                       "child's environment (e.g. PATH)")
     count_launches: bool | None = Field(
         None, description="record each correct sample's kernel launches per forward (one "
-        "profiled call on each side, after timing). None: on the CPU only. On a GPU the "
-        "profiler's CUPTI start cost 5-7 s per candidate process on the H100, more than "
-        "the rest of a sample, so a GPU run counts only when asked")
+        "profiled call on each side, after timing). None: on the CPU only (on a GPU the "
+        "profiler's start costs seconds per candidate process)")
     sandbox: bool = Field(True, description="build and run candidates in the sandbox "
                           "(kb_eval/isolation/sandbox.py); off only where namespaces are missing")
     keep_workdirs: bool = Field(False, description="keep each sample's scratch folder")

@@ -1,20 +1,15 @@
 """torch's build lock, made to outlive no holder.
 
-`load_inline` holds `<build dir>/lock` (cpp_extension's FileBaton: a file made with
-O_EXCL, removed on release) around every build and every up-to-date check of a build, and
-any other process that finds the file waits until it is gone. A holder killed in between
-(a time limit, a killed run, Ctrl-C) left the file for good, and every later load of that
-build waited until its own time limit: a `timeout` charged to the candidate for a kill of
-ours (seen: a run killed while a child loaded a cached build, then `--resume`).
+`load_inline` holds `<build dir>/lock` (cpp_extension's FileBaton, made with O_EXCL)
+around every build and up-to-date check; a holder killed in between would leave it for
+good, and every later load of that build would time out, charged to the candidate.
 
-In our children the lock file is born locked: written beside its place with a mark that
-names this host, flock'ed, then hard-linked into place (atomic like O_EXCL). The kernel
-drops a flock when its holder dies, so a lock file with this host's mark whose flock can
-be taken belongs to a dead holder; it is removed and the baton taken (or waited for
-again). Any other lock file (torch's own, another host's on a shared cache, whose flock
-this host may not see) is waited on as torch does; the run's sweep of old locks
-(schedule/build.py: clear_batons) is for those. Where the cache's file system cannot
-link or flock, the baton is torch's.
+In our children the lock file is born locked: written aside with a mark naming this host,
+flock'ed, then hard-linked into place. The kernel drops a flock when its holder dies, so
+a marked lock whose flock can be taken belongs to a dead holder and is removed. Other lock
+files (torch's own, another host's) are waited on as torch does (schedule/build.py:
+clear_batons sweeps old ones). Where the file system cannot link or flock, the baton is
+torch's.
 """
 
 from __future__ import annotations
@@ -70,9 +65,8 @@ def try_acquire(self) -> bool:
 
 
 def wait(self) -> None:
-    # torch imports the build once this returns: a holder that died mid-build leaves it
-    # half made, and that import fails (a build child's failure without a compiler's
-    # diagnostic is ours and built again: schedule/build.py); a wait never lasts for ever
+    # a holder that died mid-build leaves the build half made and its import fails (a
+    # failure of ours, built again: schedule/build.py); a wait never lasts for ever
     while os.path.exists(self.lock_file_path):
         time.sleep(self.wait_seconds)
         remove_if_dead(self.lock_file_path)

@@ -1,12 +1,10 @@
 """The build child's side: what runs in the process that compiles a candidate.
 
 `build_candidate` execs the source with the build cache as TORCH_EXTENSIONS_DIR, so that
-`load_inline` compiles into it, and says how that went; `call_on_meta`
-(first_call_task.py, named here so that its children are the builds' spares: same
-module) runs a lazy compile ahead. The parent side (cache, retries, the verdict on whose
-fault a failure is) is kb_eval/eval/schedule/build.py, which also reads compiler output
-with the helpers below. Candidate code runs in this process: it imports nothing of the
-scheduler or the judge (tests/test_trust_boundary.py lists what it does import).
+`load_inline` compiles into it; `call_on_meta` (first_call_task.py, named here so its
+children are the builds' spares) runs a lazy compile ahead. The parent side is
+schedule/build.py, which also reads compiler output with the helpers below. Candidate code
+runs in this process: it imports nothing of the scheduler or the judge.
 """
 
 from __future__ import annotations
@@ -23,10 +21,8 @@ from kb_eval.eval.child.first_call_task import call_on_meta
 __all__ = ["build_candidate", "call_on_meta", "compile_error_line", "cuda_header",
            "is_diagnosed", "toolchain_fault", "trim_compiler_output"]
 
-# The compiler front's note beside each CUDA object (schedule/nvcc_front.py's
-# MARKER_SUFFIX) and its tiers, smallest first (its TIERS, then torch's own header): not
-# imported, so that no scheduler module is loaded where candidate code runs (equal:
-# tests/test_trust_boundary.py).
+# nvcc_front.py's MARKER_SUFFIX and tiers, smallest first: not imported, so that no
+# scheduler module is loaded where candidate code runs (tests/test_trust_boundary.py).
 HEADER_MARKER = ".kb-header"
 HEADER_TIERS = ("lean", "slim", "full")
 _COMPILE_ERROR = re.compile(r"error|undefined reference|undefined symbol|fatal", re.IGNORECASE)

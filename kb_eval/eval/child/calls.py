@@ -1,15 +1,10 @@
 """What happens around each timed call of a paired timing, the same on both sides.
 
-The candidate's child needs bookkeeping between its timed calls: the idle check and CPU
-ledger (threads.py), the output's aliasing check, the tripwires (integrity.py), a
-re-check now and then. That work alone makes host-bound calls slower, so a reference
-copy timed against a server that timed its calls back to back came out slower than its
-reference (docs/PERFORMANCE.md).
-No bookkeeping is free on a host, so the reference server runs this same code around its
-own calls, with a tripwire snapshot and ledger of its own (they find nothing there):
-whatever it costs, both sides pay it. Only the candidate's re-checks (a few calls of
-100) and its full tripwire check after a round's last call (no timed call follows it in
-the round) are its alone.
+The candidate's child does bookkeeping between its timed calls (idle check and CPU ledger:
+threads.py; aliasing; tripwires: integrity.py; re-checks), which slows host-bound calls.
+So the reference server runs this same code around its own calls, with a snapshot and
+ledger of its own: both sides pay the same. Only the candidate's re-checks and its full
+tripwire check after a round's last call are its alone.
 """
 
 from __future__ import annotations
@@ -71,8 +66,7 @@ class TimedCalls:
     `picks` calls, drawn after each returns, go to `recheck(tensors, seed, inputs, i)`;
     every call's output, timed or not, to `returned(out)` (rechecks.py).
     `candidate=False` on the trusted side: every thread of that process is ours, so a
-    call never waits for threads (one the server started after its Watch would arm the
-    wait inside its timed calls: a CPU reference copy came out 7.3x "faster")."""
+    call never waits for threads."""
 
     def __init__(self, model: Callable, watch: Watch, device: torch.device, draw: Draw,
                  round_ends: set[int], n_calls: int, picks: int = 0,
@@ -102,8 +96,7 @@ class TimedCalls:
             self.ledger.drain()
         if not self.timed:
             # An untimed call's kernels are its own, not work launched outside the calls:
-            # waited for here, so the next timed call's idle check sees only the latter
-            # (unsynchronized warmups made reference copies look busy).
+            # waited for here, so the next timed call's idle check sees only the latter.
             sync(self.device)
             if self.returned is not None:
                 self.returned(out)

@@ -1,14 +1,11 @@
 """A candidate's own compiles, kept off the device's turn.
 
-Model-written candidates often call `load_inline` in `__init__` or in their first call, so
-the build runs in the run child. Every build of torch.utils.cpp_extension (`load` and
-`load_inline` both go through its `_jit_compile`, looked up at each call, so a
-candidate's own `from torch.utils.cpp_extension import load_inline` is covered) runs
-inside `CompileTurn`: the child lets go of its share of the device's lock and marks
-`compile`, so no timing step waits on a compiler and the lane's place goes to the next
-sample (schedule/overlap.py); afterwards it queues for its share again, behind any
-timing step that came meanwhile, and marks again the step it was in. A compile is CPU
-work: it may run beside a timing step, whose cores are pinned apart (schedule/pinning.py).
+A candidate may compile (`load_inline`) in `__init__` or its first call, in the run child.
+Every cpp_extension build goes through `_jit_compile` (looked up at each call, so any
+import of `load_inline` is covered), which here runs inside `CompileTurn`: the child lets
+go of its share of the device's lock and marks `compile`, so no timing step waits on a
+compiler and the lane's place goes to the next sample (schedule/overlap.py); afterwards
+it queues for its share again and marks again the step it was in.
 """
 
 from __future__ import annotations

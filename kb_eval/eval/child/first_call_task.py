@@ -1,8 +1,6 @@
-"""The lazy-compile child's side: the candidate's model built and called once on meta
-inputs, in a build child, so that a compile its `__init__` or first `forward` starts
-lands in the build cache (why, and when: kb_eval/eval/schedule/first_call.py). Its
-target is `build_task:call_on_meta`, so that these children are the builds' spares.
-Candidate code runs here."""
+"""The lazy-compile child's side (why: schedule/first_call.py): the candidate's model
+built and called once on meta inputs in a build child, so that a compile its `__init__`
+or first `forward` starts lands in the build cache. Candidate code runs here."""
 
 from __future__ import annotations
 
@@ -42,9 +40,8 @@ def call_on_meta(payload: dict, workdir: Path) -> dict:
 @contextmanager
 def gpu_in_sight() -> Iterator[None]:
     """For the block, `torch.cuda.is_available()` is True and `device_count()` at least 1
-    (the guards candidates put around their compiles), except inside a cpp_extension
-    build: torch's own build code (its arch flags count the devices) sees the truth.
-    Nothing else changes: any real use of the device still fails, and that is ignored."""
+    (candidates guard their compiles so), except inside a cpp_extension build, whose
+    arch flags need the truth. Any real use of the device still fails, and is ignored."""
     import torch
 
     from kb_eval.eval.child.compiles import around_compiles

@@ -19,10 +19,9 @@ POLL_S = 0.002
 
 def may_time(folder: Path, labels: list[str], lock: DeviceLock, workdir: Path) -> bool:
     """Tell the parent which correctness outputs are saved, wait for its answer: False
-    when they are wrong. No answer in time (the parent's trouble) times as before; a
-    `go` the candidate wrote itself only costs it the timing step of a wrong answer.
-    The device's lock is let go meanwhile (the reference server's comparison takes it)
-    and the wait is charged to no budget; the timing step takes the lock again."""
+    when they are wrong. No answer in time times as before; a `go` the candidate wrote
+    itself gains it nothing. The device's lock is let go meanwhile and the wait is charged
+    to no budget."""
     mark(workdir, WAIT)
     lock.release()
     folder.mkdir(parents=True, exist_ok=True)

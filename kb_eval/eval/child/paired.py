@@ -23,15 +23,12 @@ ROUNDS_FILE = "rounds"
 def time_paired(fn, settings: TimingSettings, device: torch.device, args, on_output,
                  folder: Path, rounds: list[range], untimed_ended,
                  check_idle=lambda: None) -> TimingStats:
-    """The candidate's side of a paired timing (schedule/pairing.py): per round, one
-    untimed call (unless `settings.round_untimed` is off) then the round's timed ones, the
-    parent told before each round and after the last (it times the reference's rounds
-    meanwhile, this process stopped). Its
-    rounds are the medians of each round's calls, matched to the reference's round by
-    round. `untimed_ended` after each round's untimed call: the ledger counts it as a
-    call (work in it is the call's, not work outside the calls). `check_idle` before each
-    handshake after the first: the handshake's synchronize would otherwise absorb work the
-    candidate left running after the round's last timed call."""
+    """Per round, one untimed call (unless `settings.round_untimed` is off) then the
+    round's timed ones, the parent told before each round and after the last (it times
+    the reference's rounds meanwhile, this process stopped). Its rounds are the medians of
+    each round's calls. `untimed_ended` after each round's untimed call (the ledger counts
+    it as a call); `check_idle` before each later handshake, whose synchronize would
+    otherwise absorb work left running after the round's last timed call."""
     for i in range(settings.warmup):
         fn(*args(-1 - i))
     samples, medians = [], []
@@ -65,9 +62,8 @@ HANDSHAKE_WAIT_S = 300.0
 
 def handshake(folder: Path, r: int, device: torch.device) -> None:
     """Tell the parent that round `r` may start (our work finished first), wait for its
-    go. Its thread answers every ready; the wait is bounded all the same, and a go the
-    candidate wrote itself gains nothing: the parent stops this process group for the
-    reference's rounds whatever the files say."""
+    go (bounded). A go the candidate wrote itself gains nothing: the parent stops this
+    process group for the reference's rounds whatever the files say."""
     with spent("handshake"):  # the reference's rounds are in it
         sync(device)
         (folder / f"ready_{r}").write_text("")

@@ -1,20 +1,15 @@
 """Child-side checks of one call, shared by the candidate and the reference workers.
 
-- `fresh_seed()`: a seed from the OS, drawn at the call: timed inputs that do not exist
-  before the call cannot be precomputed, whatever the candidate learns of our seeds.
-- `regenerate` + `same_tree`: inputs are a pure function of their seed, so instead of
-  copying every input before a call we draw them again when we need the pristine values
-  (to see whether a call, or anything before it, modified them).
-- `settled`: save the outputs, wait, synchronize, compare: an output still being
-  written after the call returned (a thread, a stream the sync missed) differs.
-- `fingerprint`: two 64-bit sums over a tensor's bits, so inputs drawn before candidate
-  code loads can be checked later without keeping them (gigabytes on large problems).
-- `probe_inputs`: the problem's inputs with a smaller batch (first) dimension (one smaller,
-  or fewer rows for inputs over 1 GiB), to see whether a candidate computes the
+- `fresh_seed()`: a seed from the OS, drawn at the call, so timed inputs cannot be
+  precomputed whatever the candidate learns of our seeds.
+- `regenerate`: inputs are a pure function of their seed, so pristine values are drawn
+  again instead of copied before each call.
+- `settled`: an output still being written after the call returned differs after a wait.
+- `fingerprint`: two 64-bit sums over a tensor's bits, to check inputs later without
+  keeping a copy.
+- `probe_inputs`: the inputs at a smaller batch, to see whether a candidate computes the
   operation or only the one shape it was shown.
-- `thread_names`: Python threads alive now (a candidate's own threads show up here).
-- `empty_call_ms`: the fastest of 30 calls that do nothing, through the same timer: no
-  candidate can be faster (measured in the reference server).
+- `empty_call_ms`: the fastest possible call through the same timer.
 """
 
 from __future__ import annotations
@@ -39,7 +34,7 @@ SNAPSHOT_MAX_BYTES = 256 << 20  # larger outputs are fingerprinted, not cloned, 
 
 def recheck_count(asked: int, n_calls: int, out_bytes: int | None) -> int:
     """How many timed calls are re-checked: as asked, but no more than the calls made and
-    than 4 GiB of outputs allow (never fewer than one). Child and parent both use it."""
+    than RECHECK_BUDGET_BYTES of outputs allow (at least one). Child and parent use it."""
     fit = RECHECK_BUDGET_BYTES // max(int(out_bytes or 0), 1)
     return max(0, min(asked, n_calls, max(1, fit)))
 
@@ -107,13 +102,9 @@ def settled(tensors: list[torch.Tensor], device: torch.device, call_s: float,
     """Save the outputs as the call left them, wait, synchronize, and see whether they
     stayed the same (False: something still wrote to them after the call returned).
 
-    Small outputs are snapshotted (a clone: what is saved is exactly what the call
-    returned). Large ones saved into the server's buffer (`on_device`: where `save` will
-    put them) are compared with that copy after the wait; saved to a file, they are
-    fingerprinted before the save and again after the wait. Either way no second copy
-    of a multi-GiB output is made on the device, and a write that lands during the save
-    is still caught. (The comparison with the saved copy reads each once, where two
-    fingerprints read it twice: docs/PERFORMANCE.md.)"""
+    Small outputs are cloned; large ones are compared with the copy saved in the server's
+    buffer (`on_device`) or fingerprinted around a save to file, so no second copy of a
+    multi-GiB output is made and a write during the save is still caught."""
     wait = min(SETTLE_MAX_S, SETTLE_S + 2 * call_s)
     if tensor_bytes(tensors) <= SNAPSHOT_MAX_BYTES:
         snapshot = [t.detach().clone() for t in tensors]
@@ -130,9 +121,8 @@ def settled(tensors: list[torch.Tensor], device: torch.device, call_s: float,
 
 def first_look(tensors: list[torch.Tensor], on_device: bool) -> list | None:
     """What tells later whether `tensors` changed, taken before their save: None when the
-    save copies them into the server's buffer on the device (its bytes are the look), else
-    their bytes copied up to SNAPSHOT_MAX_BYTES and their fingerprints beyond (no second
-    copy of a multi-GiB output on the device)."""
+    save copies them into the server's buffer (its bytes are the look), else their bytes
+    up to SNAPSHOT_MAX_BYTES and their fingerprints beyond."""
     if on_device:
         return None
     if tensor_bytes(tensors) <= SNAPSHOT_MAX_BYTES:
@@ -185,10 +175,8 @@ def _weights(device: torch.device) -> torch.Tensor:
 
 @functools.cache
 def host_weights() -> torch.Tensor:
-    """The multipliers in host memory, drawn once per process by a generator of their own
-    (the inputs' generator is left alone). A candidate's child draws them while it waits
-    as a spare (worker.warm_up), not at the first fingerprint with the device held
-    (docs/PERFORMANCE.md)."""
+    """The multipliers in host memory, drawn once per process by their own generator (the
+    inputs' is left alone); a spare child draws them ahead (worker.warm_up)."""
     g = torch.Generator().manual_seed(fresh_seed())
     odd = torch.randint(0, 2 ** 31, (_FP_CHUNK,), generator=g, dtype=torch.int64) * 2 + 1
     return odd.to(torch.int32)  # wraps mod 2^32: still odd
@@ -209,12 +197,8 @@ def _words(t: torch.Tensor) -> torch.Tensor:
 def fingerprint(t: torch.Tensor) -> tuple:
     """A tensor's dtype, shape and two 64-bit sums over its bits (plain and weighted by
     position), computed in chunks on its own device: equal for bit-identical tensors and,
-    short of a deliberate collision, different otherwise. Used where a full copy for an
-    exact comparison would cost gigabytes (inputs drawn for a later check, large outputs).
-
-    The bits are read as 32-bit words (no int64 copy of the data), and the sums stay on the
-    device until one read at the end (not two per chunk): fingerprints were a large part of
-    samples with multi-GiB inputs (docs/PERFORMANCE.md)."""
+    short of a deliberate collision, different otherwise: for where a full copy would cost
+    gigabytes. The sums stay on the device until one read at the end."""
     t = t.detach()
     words = _words(t)
     w = _weights(words.device)
@@ -241,9 +225,8 @@ def changed_since(xs: list, prints: list) -> list[int]:
             if isinstance(x, torch.Tensor) and fingerprint(x) != p]
 
 
-# The shape probe's batched inputs, at most (about): a larger problem's probe takes a
-# smaller batch: a probe of multi-GB outputs cost seconds of a serial lane
-# (docs/PERFORMANCE.md) for a check that only warns.
+# The shape probe's batched inputs, at most (about): a check that only warns should not
+# cost seconds of a serial lane.
 PROBE_MAX_BYTES = 1 << 30
 
 
@@ -283,11 +266,9 @@ def tensor_bytes(xs: Any) -> int:
 
 
 def empty_call_ms(device: torch.device, settings: TimingSettings, args: list) -> float:
-    """The fastest of 30 calls that do nothing, through the same timer and settings.
-    Not the median: the timer counts a call during which the host was preempted as
-    busy until the host came back (timing.py), and the server measures this beside the
-    builds, not on the timing core: a median under load judged honest candidates below
-    half of it (docs/PERFORMANCE.md)."""
+    """The fastest of 30 calls that do nothing, through the same timer and settings: no
+    candidate can be faster. Not the median: measured beside the builds, a preempted
+    host inflates it."""
     probe = settings.model_copy(update={"warmup": 3, "trials": 30})
     return time_callable(lambda *a: None, probe, device, lambda i: args).min
 

@@ -3,21 +3,15 @@ they return, have their outputs saved for the reference to redo (with the call's
 their inputs compared with a fresh draw of the same seed, and their outputs watched for
 writes that land after the call returned.
 
-Under the timing lock only what cannot wait is done: the outputs and inputs are copied
-(the next call reuses the input buffers). The wait for late writes (10 ms), the save and
-the fresh draw come once the device has gone to the next sample's timing step, not
-with the device held alone (docs/PERFORMANCE.md). What is saved is the output as the
-call returned it, as before; a late write has longer to show, not shorter. An output
-whose storage a later call returned again (a candidate that reuses its output buffer) is
-not taken for a late write.
+Under the timing lock only what cannot wait is done: the outputs and inputs are copied.
+The wait for late writes, the save and the fresh draw come after the timing step, so they
+do not hold the device alone; a late write has longer to show, not shorter. An output
+whose storage a later call returned again (a reused buffer) is not taken for a late write.
 
-Outputs beyond `DEFER_BYTES` (with their copies) are saved and their inputs checked at
-once, and only their wait goes on beside the timing: one such output at a time is kept
-with what tells a change (the bytes saved in the server's buffer, else a copy or a
-fingerprint) and looked at again after a later call once its wait is over (`_Settling`),
-so their waits do not hold the device alone (docs/PERFORMANCE.md). Outputs that alias an
-input, and those beyond `SETTLING_MAX_BYTES`, are re-checked at once, wait included, as
-before (probes.settled).
+Outputs beyond `DEFER_BYTES` are saved and their inputs checked at once, and only their
+wait goes on beside the timing, one at a time (`_Settling`). Outputs that alias an input,
+and those beyond `SETTLING_MAX_BYTES`, are re-checked at once, wait included
+(probes.settled).
 """
 
 from __future__ import annotations
@@ -120,10 +114,14 @@ class Rechecks:
         r, self.settling = self.settling, None
         if r is None:
             return
-        clocks.sleep(max(0.0, SETTLE_S - (clocks.perf_counter() - r.taken)))
-        sync(self.device)
+        self._wait_out(r.taken)
         changed = not unchanged(r.outputs, r.look)
         self.seen[r.label] = {**r.facts, "unsettled": changed and not self._reused(r)}
+
+    def _wait_out(self, taken: float) -> None:
+        """Sleep until SETTLE_S after `taken` (clocks.perf_counter()), then synchronize."""
+        clocks.sleep(max(0.0, SETTLE_S - (clocks.perf_counter() - taken)))
+        sync(self.device)
 
     def _reused(self, r: "_Later | _Settling") -> bool:
         """Whether a later call returned one of `r`'s output storages again (a buffer the
@@ -134,8 +132,7 @@ class Rechecks:
         """What `take` left: after the timing step, with the device held shared again."""
         self._settle()
         for r in self.later:
-            clocks.sleep(max(0.0, SETTLE_S - (clocks.perf_counter() - r.taken)))
-            sync(self.device)
+            self._wait_out(r.taken)
             changed = not same_outputs([t.detach() for t in r.outputs], r.snapshot)
             self.save(r.label, r.snapshot)
             self.seen[r.label] = {**r.facts, "mutated": changed_inputs(r.inputs, self.draw(r.seed)),
@@ -149,4 +146,3 @@ def _may_settle(tensors: list) -> bool:
     fingerprints and storages tell writes and reuse), SETTLING_MAX_BYTES at most."""
     return (all(type(t) is torch.Tensor and t.layout == torch.strided for t in tensors)
             and tensor_bytes(tensors) <= SETTLING_MAX_BYTES)
-

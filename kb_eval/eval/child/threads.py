@@ -1,29 +1,20 @@
 """Work a candidate's own threads do outside its timed calls (runs in the candidate's child).
 
-A timer stops when forward returns. A candidate can return early and let a thread it
-started do the work while the evaluator does its bookkeeping between calls (the output is
-complete by the time anyone looks at it): the work is real, the time is not counted. Two
-answers, both measured with per-thread CPU clocks (Linux: clock_gettime on a thread's CPU
-clock, nanoseconds):
+A candidate can return from forward early and let a thread it started finish the work
+between calls, where the timer does not count it. Two answers, by per-thread CPU clocks
+(native threads included):
 
-- `drain`, inside the timed region: after forward returns, while threads the candidate
-  started keep using CPU, the call is not over. Only when such threads existed at the
-  previous call's end, so a candidate without threads pays nothing.
-- `Ledger`, between calls: CPU time the process spent outside the timed calls, less the
-  main thread's own (our bookkeeping) and less the threads that existed before the
-  candidate's code loaded (PyTorch's pool, warmed up first): what is left was spent by
-  the candidate's threads, alive or already gone. The parent flags `work_outside_call`
-  when it is more than a tenth of the timed calls' total plus a millisecond.
+- `drain`, inside the timed region: while the candidate's threads keep using CPU, the
+  call is not over (only when such threads existed at the previous call's end).
+- `Ledger`, between calls: the process's CPU time outside the timed calls, less the main
+  thread's and the threads that existed before candidate code loaded, was spent by the
+  candidate's threads; the parent flags `work_outside_call` above a tenth of the timed
+  calls' total plus 1 ms.
 
-A GPU adds one check: the device must be idle when the next call begins (everything of
-ours was synchronized); work found still running was launched outside the calls. It is
-found by the time this thread spends spinning in a device-wide synchronize (`busy`),
-not by the wall time the synchronize took: on a loaded host, an idle device's wait can
-take longer by the wall than work left running, but not by the thread's CPU
-(`benchmarks/neighbour_noise.py`, docs/PERFORMANCE.md). A context that does not spin
-while it waits (blocking sync, yield: a candidate can set that) is judged by the wall
-time, as before.
-Native threads are covered as well as Python ones (both are tasks of the process).
+On a GPU the device must also be idle when the next call begins: work still running was
+launched outside the calls. It is judged by the CPU this thread spends spinning in a
+device-wide synchronize (`busy`), not its wall time, which a loaded host inflates; a
+context that does not spin is judged by the wall time.
 """
 
 from __future__ import annotations
@@ -85,10 +76,8 @@ def thread_cpu_ns(tid: int) -> int:
 
 
 def warm_pool() -> None:
-    """Start PyTorch's intra-op threads now (a parallel op), so that they count as ours;
-    and the BLAS library's, which start at the first matrix product (without this, a
-    candidate calling matmul was charged the BLAS pool's spinning as its own threads'
-    work outside the calls)."""
+    """Start PyTorch's intra-op threads and the BLAS library's now, so that they count as
+    ours, not as the candidate's."""
     torch.zeros(1 << 20).add_(1.0)
     a = torch.ones(256, 256)
     torch.mm(a, a)
@@ -116,9 +105,7 @@ class Ledger:
 
     def device_idle(self) -> None:
         """Before a timed call's inputs are drawn (nothing of ours is queued then): see that
-        the device is idle, i.e. nothing the candidate launched is still running. Checked
-        after drawing, the wait also covered copying the inputs in, which made honest
-        references, run as their own candidates, 'leave work running'."""
+        nothing the candidate launched is still running on the device."""
         if self.device.type == "cuda":
             wait = device_wait(self.device)
             if busy(wait, waits_spinning()):
@@ -151,7 +138,7 @@ class Ledger:
                 before = sum(map(thread_cpu_ns, theirs))
                 clocks.sleep(POLL_S)
                 # Quiet: little CPU over the poll and none waiting for a core (on a loaded
-                # host a busy thread may get no CPU in one poll; CI saw drain end so)
+                # host a busy thread may get no CPU in one poll)
                 if (sum(map(thread_cpu_ns, theirs)) - before < QUIET_NS
                         and not any(map(_runnable, theirs))):
                     return
@@ -168,8 +155,7 @@ class Ledger:
 
     def newcomers(self, most: int = 5) -> list[str]:
         """The candidate's threads still alive, as "name: CPU ms" (their whole lives), the
-        busiest first: which of them a `work_outside_call` flag is about (library threads
-        can be unnamed: docs/PERFORMANCE.md)."""
+        busiest first: which of them a `work_outside_call` flag is about."""
         seen = sorted(((thread_cpu_ns(t), _comm(t)) for t in _tids() - self.ours),
                       reverse=True)
         return [f"{name}: {ns / 1e6:.1f} ms" for ns, name in seen[:most]]

@@ -1,17 +1,13 @@
 """A sample's comparison in the reference server (kb_eval/eval/judge/reference_worker.py).
 
 `Model` runs on the labels asked (correctness trials, the shape probe, timed calls by the
-candidate's seeds) and each output is compared with the candidate's file for that label,
-or the device buffer its header names, on the device. Reference outputs never touch the
-disk.
+candidate's seeds) and each output is compared on the device with the candidate's file or
+buffer for that label; reference outputs never touch the disk.
 
-With `compare.truth`, a label's reference also runs in float64 on the same inputs
-(rounded to the run's precision, then widened) and weights (the model widened in place
-for that call and narrowed back: exact, and no second copy of the weights stays on the
-device), one label at a time, and only when the candidate's output is further from the
-reference's than its rounding (truth.within_rounding: closer outputs pass the float64
-rule whatever the truth). The truth is dropped after its comparison unless it is a fixed
-label's and there is room to keep it with the outputs.
+With `compare.truth`, a label's reference also runs in float64 on the same rounded inputs
+(the model widened in place for that call and narrowed back), one label at a time and only
+when the candidate's output is not truth.within_rounding. The truth is kept only for a
+fixed label and when there is room.
 """
 
 from __future__ import annotations

@@ -1,28 +1,14 @@
 """A 95 % confidence interval for a sample's speedup, and the scores that use it.
 
-A speedup is baseline median / candidate median, two noisy figures: a copy of the reference
-can measure well off 1.0 (docs/PERFORMANCE.md), so `speedup > 1` alone is a coin flip
-near parity.
-
-Paired (the default in eval: schedule/pairing.py): both sides timed in alternating rounds
-of one sample's timing step; `paired_interval` resamples rounds and takes the median of
-the per-round ratios, so drift common to a round cancels. Unpaired (below): each
-timing keeps the medians of up to 20 consecutive rounds of its calls (TimingStats.rounds),
-so drift within a run (clocks, the allocator, the machine's other work) shows up as spread
-between rounds rather than being averaged away. The interval is a percentile bootstrap
-over rounds: both sides' rounds resampled with replacement, the ratio of their medians,
-4000 times; seeded from the figures themselves, so a record's interval is reproducible.
-
-Timings without rounds (baseline files written before they existed) get a normal
-approximation on the log scale: the standard error of a median, 1.2533 * sigma / sqrt(n),
-with sigma = IQR / 1.349 (robust to outliers). Fewer than 3 rounds (or calls) on a side:
-no interval, and the sample cannot count as significantly fast.
-
-Every interval is widened by the timing's resolution (`resolution`): 3 %, and up to 9 %
-for a launch-bound call.
-
-`fast_p_sig` counts a sample only when its interval's lower end is above p: a copy of the
-reference (interval around 1.0) never counts in fast_1_sig.
+A copy of the reference can measure well off 1.0, so `speedup > 1` alone is a coin flip
+near parity. Paired (schedule/pairing.py): both sides timed in alternating rounds;
+`paired_interval` bootstraps the median of per-round ratios, so drift common to a round
+cancels. Unpaired: a percentile bootstrap of the ratio of both sides' round medians
+(TimingStats.rounds); without rounds, a normal approximation on the log scale from the
+IQR. Resampling is seeded from the figures, so an interval is reproducible. Fewer than 3
+rounds on a side: no interval. Every interval is widened by `resolution` (3 %, up to 9 %
+for a launch-bound call). `fast_p_sig` counts a sample only when its interval's lower end
+is above p, so a copy of the reference never counts in fast_1_sig.
 """
 
 from __future__ import annotations
@@ -39,15 +25,11 @@ RESAMPLES = 4000
 MIN_ROUNDS = 3
 Z = 1.959964  # two-sided 95 % of a normal
 # Every interval is widened by this much on each side (x / (1 + r), x * (1 + r)): what
-# timing the same code twice may differ by for reasons no resampling sees (a process's
-# memory layout, the other process's warm caches; the target for a reference copy is
-# [0.97, 1.03]). Without it, 95 % intervals over a hundred reference copies leave a
-# few above 1.0 by chance alone; with it, a claim of "faster" needs more than 3 %.
+# timing the same code twice may differ by for reasons no resampling sees (memory layout,
+# warm caches). Without it, a few of a hundred reference copies land above 1.0 by chance.
 RESOLUTION = 0.03
-# More for a call paced by the host's launches (timing.launch_ms near its time): two
-# processes launch the same model at different speeds, and no round-by-round pairing
-# sees it, even with both sides pinned to one core (pinning.py; figures in
-# docs/PERFORMANCE.md). Scaled by the launch share, so GPU-bound calls keep 3 %.
+# More for a call paced by the host's launches, scaled by the launch share: two processes
+# launch the same model at different speeds, which no pairing sees.
 HOST_RESOLUTION = 0.06
 
 
@@ -73,7 +55,10 @@ def bootstrap_interval(base_rounds: list[float], cand_rounds: list[float],
     b, c = np.asarray(base_rounds, float), np.asarray(cand_rounds, float)
     mb = np.median(b[rng.integers(0, b.size, (resamples, b.size))], axis=1)
     mc = np.median(c[rng.integers(0, c.size, (resamples, c.size))], axis=1)
-    ratios = mb / mc
+    return _percentile_interval(mb / mc, level)
+
+
+def _percentile_interval(ratios: np.ndarray, level: float) -> tuple[float, float]:
     tail = (1 - level) / 2 * 100
     lo, hi = np.percentile(ratios, [tail, 100 - tail])
     return float(lo), float(hi)
@@ -82,15 +67,11 @@ def bootstrap_interval(base_rounds: list[float], cand_rounds: list[float],
 def paired_interval(base_rounds: list[float], cand_rounds: list[float],
                     level: float = LEVEL, resamples: int = RESAMPLES) -> tuple[float, float]:
     """Percentile interval over rounds timed in pairs (schedule/pairing.py): the median
-    of the per-round ratios base_i / cand_i, rounds resampled with replacement. A drift
-    that slows both sides of a round cancels in its ratio, which unpaired resampling
-    cannot do."""
+    of the per-round ratios base_i / cand_i, rounds resampled with replacement."""
     rng = np.random.default_rng(_seed(base_rounds, cand_rounds))
     r = np.asarray(base_rounds, float) / np.asarray(cand_rounds, float)
-    ratios = np.median(r[rng.integers(0, r.size, (resamples, r.size))], axis=1)
-    tail = (1 - level) / 2 * 100
-    lo, hi = np.percentile(ratios, [tail, 100 - tail])
-    return float(lo), float(hi)
+    return _percentile_interval(
+        np.median(r[rng.integers(0, r.size, (resamples, r.size))], axis=1), level)
 
 
 def paired_speedup(base_rounds: list[float], cand_rounds: list[float]) -> float:

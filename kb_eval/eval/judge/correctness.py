@@ -1,19 +1,15 @@
 """Correctness, judged on the reference server, where no candidate code ever ran.
 
-The candidate child wrote `<label>.out` (kb_eval/eval/wire/outputs.py: raw tensors behind a
-checked header, no pickle) per checked call; the reference side computes the same call,
-reads the candidate's file (no larger than a few times the reference's outputs) and
+The candidate child wrote `<label>.out` (wire/outputs.py: raw tensors, no pickle) per
+checked call; the server reads it (bounded by a few times the reference's outputs) and
 compares on the device. Two verdicts per label:
-- KernelBench's (`ok`): every output has the reference's shape and dtype, NaN and ±Inf
-  sit where the reference's do, and the finite values satisfy
-  |out - ref| <= atol + rtol * |ref|;
-- float64 truth's (`f64`, when the server computed the reference in float64 too): the
-  error against the truth within K times the reference's own (kb_eval/eval/judge/truth.py).
-Differences are computed in chunks (large outputs do not triple the memory) and in
-float64; on a GPU by fused Triton kernels, one read of the data (judge/fused.py;
-`KB_EVAL_FUSED_COMPARE=0` turns them off). The parent gets one summary per label
-(`Diff.as_dict`) and adds them up (`info_from_diffs`); the rule asked for (`--tolerance`,
-or the problem's `KB_TOLERANCE`) decides, the other is recorded beside it.
+- KernelBench's (`ok`): the reference's shape and dtype, NaN and ±Inf where the
+  reference's are, and |out - ref| <= atol + rtol * |ref| for the finite values;
+- float64 truth's (`f64`): the error against the truth within K times the reference's
+  own (judge/truth.py).
+Differences are computed in float64 chunks (fused kernels on a GPU: judge/fused.py). The
+parent adds the per-label summaries up (`info_from_diffs`); the rule asked for decides,
+the other is recorded beside it.
 """
 
 from __future__ import annotations
@@ -26,7 +22,8 @@ from typing import NamedTuple
 import torch
 
 from kb_eval.eval.judge.truth import (K, K_NORM, UNIT_ROUNDOFF, compare_outputs_truth,
-                                     special_messages, special_mismatches, within_rounding)
+                                     fused_for, special_messages, special_mismatches,
+                                     within_rounding)
 from kb_eval.eval.wire import outputs
 from kb_eval.inputs import TOLERANCES
 from kb_eval.results import CorrectnessInfo
@@ -72,14 +69,11 @@ def judge_file(path: Path, refs: list[torch.Tensor], atol: float, rtol: float,
                staging: outputs.Staging | None = None,
                truths: list[torch.Tensor] | Callable[[], list | str] | None = None,
                slots: list[torch.Tensor] | None = None) -> dict:
-    """Compare the candidate's file for one call with the reference's outputs of it
-    (read through `staging`, a pinned buffer, when the reference is on a GPU; or in the
-    sample's `slots` when the file is a header for one of them), and with their float64
-    truth when given (`f64` in the result). `truths` may be a function that computes
-    them (a list, or why they cannot be): called only when the outputs are further from
-    the reference's than truth.within_rounding allows, since closer ones pass the float64
-    rule whatever the truth: `f64` then says `identical` (equal outputs) or
-    `within_rounding`, with no ratios (none were measured)."""
+    """Compare the candidate's file for one call (read through `staging` or the sample's
+    `slots`) with the reference's outputs, and with their float64 truth when given (`f64`
+    in the result). `truths` may be a function that computes them (a list, or why they
+    cannot be), called only when the outputs are not truth.within_rounding of the
+    reference's: `f64` then says `identical` or `within_rounding`, with no ratios."""
     ref_bytes = sum(t.numel() * t.element_size() for t in refs)
     try:
         outs = outputs.read(path, 4 * ref_bytes + (1 << 20), staging, slots)
@@ -177,11 +171,9 @@ def kb_stats(o: torch.Tensor, r: torch.Tensor, atol: float, rtol: float,
              ku: float = 0.0) -> KbStats:
     """KbStats of flat `o` against `r`: by the fused kernels (fused.py) where `r` is on a
     GPU, else by the torch code."""
-    if r.device.type == "cuda":
-        from kb_eval.eval.judge import fused  # imports Triton: only where a GPU judges
-
-        if fused.enabled(r, o):
-            return KbStats(*fused.kb_stats(o, r, atol, rtol, CHUNK, ku))
+    fused = fused_for(r, o)
+    if fused:
+        return KbStats(*fused.kb_stats(o, r, atol, rtol, CHUNK, ku))
     return kb_stats_torch(o, r, atol, rtol, ku)
 
 
@@ -218,8 +210,7 @@ def compare_outputs(outs: list[torch.Tensor], refs: list[torch.Tensor], atol: fl
     for i, (o, r) in enumerate(zip(outs, refs)):
         d = compare_tensor(o, r, atol, rtol)
         # Kept when KernelBench's rule fails too: an output within the reference's rounding
-        # passes the float64 rule without its truth (a 16384-term matmul chunked by 64 is,
-        # yet one of its values missed atol = rtol = 1e-4 on an AVX-512 CPU).
+        # passes the float64 rule without its truth.
         total.within_rounding &= d.within_rounding
         if not d.ok:
             if failed is None:

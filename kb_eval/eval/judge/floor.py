@@ -20,9 +20,8 @@ from kb_eval.work import count_work
 
 def floor_metrics(p: Problem, payload: CompareRequest, device: torch.device) -> dict:
     """The bytes a call reads and writes, (GPU) the L2 size, and the problem's work
-    (FLOPs and compulsory bytes: kb_eval/work.py). Nothing here is timed, so it runs
-    beside other samples' untimed work; the device's own figures (an empty call's time,
-    a copy's bandwidth) are `device_floor`'s."""
+    (kb_eval/work.py). Nothing here is timed; the device's own figures are
+    `device_floor`'s."""
     try:
         inputs = inputs_for(p.module, payload.seed, ("correct", 0), payload.precision, device)
         with torch.no_grad():
@@ -47,9 +46,8 @@ def floor_metrics(p: Problem, payload: CompareRequest, device: torch.device) -> 
 def device_floor(settings: TimingSettings, device: torch.device,
                  measure_peaks: bool = False) -> dict:
     """The floor's figures of the device, the same for every problem: an empty call's
-    time through the run's timer (its `settings`) and (GPU) a device copy's
-    bandwidth. Timed: the parent asks once per device and run, holding the device alone
-    for this call only (not for a problem's whole first comparison)."""
+    time through the run's timer and (GPU) a device copy's bandwidth. Timed: the parent
+    asks once per device and run, holding the device alone."""
     try:
         figures = {"empty_call_ms": empty_call_ms(device, settings, []),
                    "copy_bytes_per_s": copy_bandwidth(device)}

@@ -1,33 +1,18 @@
 """Fused Triton kernels for the judge's comparisons on a GPU (correctness.py, truth.py).
 
-Why: the reference server spent ~1 s a sample in `judge_file`. The torch code
-of `compare_tensor` and `compare_truth` runs ~20-25 elementwise kernels per chunk over
-float64 temporaries, ~50 passes over memory per label for outputs of hundreds of millions
-of elements. The kernels here read each input once, convert to float64 in registers and
-compute the same statistics: one pass for KernelBench's rule and what says whether the
-output is within the reference's rounding (`kb_stats`; truth.within_rounding), two for the
-truth rule (`scales` gives E^2, truth^2 and their count, from which the caller computes S
-and M; `truth_check` then uses them).
+The torch code runs ~20-25 elementwise kernels per chunk over float64 temporaries; these
+kernels read each input once and compute the same statistics in registers: one pass for
+KernelBench's rule and truth.within_rounding (`kb_stats`), two for the truth rule
+(`scales`, then `truth_check`).
 
-Same results as the torch code: every expression is the torch code's, operation by
-operation in float64, with floating-point contraction off (`enable_fp_fusion=False`: an FMA
-would round `|ref| * rtol + atol` once instead of twice and move an element across its
-bound); the NaN/Inf tests run in the inputs' own dtype, where they are exact too. So counts
-and maxima are equal bit for bit, given equal S and M; only sums differ, by their order
-(within 1e-12 relative in tests/test_fused_compare.py). Each program writes its partial
-results (maxima, sums, counts as float64: exact below 2^53) to a small buffer, which torch
-reduces: deterministic, no atomics, one host sync per call (`.tolist()`), not per chunk.
-Over 20x faster on a large fp32 output (benchmarks/compare_speed.py; docs/PERFORMANCE.md).
+Same results: every expression is the torch code's in float64, with contraction off
+(`enable_fp_fusion=False`: an FMA would move an element across its bound), so counts and
+maxima are equal bit for bit and sums differ only by their order. Per-program partials
+are reduced by torch: deterministic, no atomics, one host sync per call.
 
-`KB_EVAL_FUSED_COMPARE=0` turns the fused path off (the torch code judges, as on a CPU): to
-measure one against the other, or as an escape hatch. The fused path is taken only when
-the reference is on a CUDA device, every tensor is fp16, bf16, fp32 or fp64 and Triton
-imports; anything else goes the torch way. Errors inside it (a compile failure, say) are
-raised, never turned into a silent fallback.
-
-Triton is imported here, at module level: callers import this module only once they hold
-a CUDA tensor, so a CPU-only judge (and the parent, which imports correctness.py) never
-pays for it.
+`KB_EVAL_FUSED_COMPARE=0` turns the fused path off. It is taken only on a CUDA device with
+fp16, bf16, fp32 or fp64 tensors and Triton present; errors inside it are raised, never a
+silent fallback. Callers import this module only once they hold a CUDA tensor.
 """
 
 from __future__ import annotations
@@ -44,8 +29,7 @@ except ImportError:  # no Triton (a CPU-only install): the torch code judges
 
 ENV = "KB_EVAL_FUSED_COMPARE"
 LOADABLE = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-# Measured (docs/PERFORMANCE.md): few elements per thread do best, since the
-# float64 division keeps many registers live; one block-wide reduction per 8K elements.
+# Few elements per thread do best: the float64 division keeps many registers live.
 BLOCK = 256  # elements per step of a program: 2 per thread at 4 warps
 TILES = 32  # steps per program, their maxima, sums and counts kept per lane in registers
 WARPS = 4
@@ -91,9 +75,8 @@ def truth_check(o: torch.Tensor, r: torch.Tensor, t: torch.Tensor, s: float, m: 
 
 
 def _params(device: torch.device, *values: float) -> torch.Tensor:
-    """float64 scalars for a kernel, in a device tensor: Triton passes a Python float as
-    fp32, which would round atol, S or M. `fill_` takes the double as a kernel argument,
-    so unlike torch.tensor(..., device=) it makes no copy that waits for the device."""
+    """float64 scalars for a kernel, in a device tensor (Triton passes a Python float as
+    fp32). `fill_` makes no copy that waits for the device."""
     p = torch.empty(len(values), dtype=torch.float64, device=device)
     for i, v in enumerate(values):
         p[i].fill_(float(v))
@@ -104,9 +87,8 @@ def _run(kernel, device: torch.device, xs: list[torch.Tensor], params: torch.Ten
          n_max: int, n_sum: int, chunk: int) -> list[float]:
     """Launch `kernel` over the flat tensors `xs` (equal lengths) on `device`, then reduce
     its per-block partials: rows [0, n_max) by max (NaN wins, as torch.max), the other
-    n_sum rows by sum. One device-to-host read. A tensor on another device (the candidate's
-    outputs in pinned host memory, say) is copied over `chunk` elements at a time, so
-    memory stays bounded as in the torch code."""
+    n_sum rows by sum. One device-to-host read. A tensor on another device is copied over
+    `chunk` elements at a time, so memory stays bounded."""
     n = xs[0].numel()
     if n == 0:
         return [0.0] * (n_max + n_sum)
@@ -146,8 +128,7 @@ if triton is not None:
 
     @triton.jit
     def _max_nan(a, b):
-        # NaN wins, as in torch.max (tl.maximum would drop it); never seen in practice:
-        # only inf / inf in the truth check, from float64 outputs beyond 1e308
+        # NaN wins, as in torch.max (tl.maximum would drop it)
         return tl.where(a != a, a, tl.where(b != b, b, tl.maximum(a, b)))
 
     @triton.jit
@@ -166,8 +147,7 @@ if triton is not None:
 
     @triton.jit
     def _load(ptr, offs, inb):
-        # in the tensor's own dtype: the NaN/Inf tests are exact there and cheaper than
-        # in float64 (the kernels are bound by float64 work, not by memory)
+        # in the tensor's own dtype: the NaN/Inf tests are exact there, and cheaper
         return tl.load(ptr + offs, mask=inb, other=0.0)
 
     @triton.jit

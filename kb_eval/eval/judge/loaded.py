@@ -1,9 +1,8 @@
 """The problems the reference server keeps loaded (kb_eval/eval/judge/reference_worker.py).
 
-What a problem's reference gives is the same for every sample (same code, precision,
-seed), so the server keeps, per problem: the loaded module, the built model, the outputs
-of the correctness trials and the shape probe (under a memory budget), and the baseline
-compiled live. A later sample of that problem computes only its timed calls' outputs.
+A problem's reference gives the same for every sample, so the server keeps per problem
+the module, the model, the outputs of the fixed labels (under a memory budget) and the
+baseline compiled live: a later sample computes only its timed calls' outputs.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """Recurrent layers on the meta device, for the memory plan (memplan_server.plan_problem).
 
-`nn.RNN`, `nn.LSTM` and `nn.GRU` have no meta kernel of their own: on the meta device they
-run decomposed, op by op in Python, one step per time step and layer (KernelBench level
-3's six-layer LSTMs took 8-17 s of the reference server's time each, since bounded to 2 s
-with their outputs' size left unknown). Their outputs' shapes follow from the module's
-own sizes, so on the meta device each such layer answers with empty tensors of those
-shapes instead, and whatever follows it in the model runs on meta as usual.
+`nn.RNN`, `nn.LSTM` and `nn.GRU` have no meta kernel: on the meta device they run
+decomposed in Python, step by step (seconds for a deep LSTM). Their outputs' shapes follow
+from the module's sizes, so each such layer answers with empty tensors of those shapes.
 """
 
 from __future__ import annotations

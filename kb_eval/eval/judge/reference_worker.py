@@ -1,13 +1,11 @@
 """The reference server's process: one long-lived trusted child per device.
 
 `compare_sample` is what the server (`isolation.Server`, started by judge/references.py)
-calls; it dispatches each request by its payload's key. No candidate code ever runs in
-this process: it reads only the candidate's output files (kb_eval/eval/wire/outputs.py),
-which hold no code, or the device buffers it exported for the sample (wire/device.py).
-Its jobs, each in a module of its own: a sample's comparison (judge/compare.py, with the
-float64 truth), paired timing rounds and the call estimate (judge/rounds.py), the memory
-plan's sizes and the server's own footprint (schedule/memplan_server.py), and the
-physical floor's figures (judge/floor.py); the problems it keeps are judge/loaded.py's.
+calls for every request. No candidate code ever runs in this process: it reads only the
+candidate's output files (wire/outputs.py), which hold no code, or the device buffers it
+exported for the sample (wire/device.py). Its jobs: comparisons (judge/compare.py), paired
+rounds and the call estimate (judge/rounds.py), the memory plan's sizes
+(schedule/memplan_server.py) and the floor's figures (judge/floor.py).
 """
 
 from __future__ import annotations
@@ -33,11 +31,9 @@ EXCHANGES: dict[str, device_wire.Exported] = {}
 
 
 def compare_sample(payload: dict, workdir: Path) -> dict:
-    """`Model` on the request's labels, each output compared with the candidate's file
-    for that label in its compare.folder (the candidate child has ended), or with the
-    buffer the file's header names (compare.exchange: the sample's key, its buffers freed
-    after). Also the server's other calls, by the request's kind (wire/reference.py): the
-    request is read as its model and the answer checked against its reply's."""
+    """Answer one server request (wire/reference.py), by its kind: a comparison of the
+    candidate's outputs (files, or the buffers of compare.exchange, freed after) or one of
+    the server's other calls; the answer is checked against its reply's model."""
     request = parse_request(payload)
     return checked_reply(request, _answer(request, torch.device(request.device)))
 
@@ -72,10 +68,8 @@ def _answer(request: ServerRequest, device: torch.device) -> dict:
 def export_buffers(spec: ExportSpec | dict, device: torch.device) -> dict:
     """Buffers for one sample's outputs (wire/device.py), kept until free_buffers: all
     `n` asked, or {"short": True} when they do not fit beside what this server keeps.
-    With `give_back` (asked again in a shared turn of the device: references.export), what
-    this server keeps of its problems is given back first and as many as then fit are
-    made (`at_least` of them, else none), so that a sample short of one buffer still
-    sends most of its outputs through the device rather than through files."""
+    With `give_back`, what this server keeps is given back first and as many as then fit
+    are made (`at_least` of them, else none)."""
     spec = ExportSpec.model_validate(spec)
     free_buffers(spec.key)  # a retry of the same sample
     n, nbytes, at_least = spec.n, spec.bytes, spec.at_least
@@ -85,9 +79,8 @@ def export_buffers(spec: ExportSpec | dict, device: torch.device) -> dict:
             release(device, force=True)
             exported = device_wire.Exported(n, nbytes, device, at_least=at_least)
         else:
-            # Nothing given back: this runs beside other samples' timing steps, whose
-            # reference rounds keep their model and cached blocks to the last round
-            # (rounds.py); emptied mid-step, the next round would load and map afresh.
+            # Nothing given back: other samples' paired rounds keep their model and
+            # cached blocks to their last round (rounds.py).
             try:
                 exported = device_wire.Exported(n, nbytes, device)
             except device_wire.CudaError as e:
@@ -108,7 +101,6 @@ def free_buffers(key: str | None) -> dict:
 
 
 def warm_up() -> None:
-    """Run by the server's start-up (kb_eval/isolation/child.py), before its first task:
-    the fingerprints' multipliers (probes.host_weights), which its first comparison would
-    otherwise draw with the device held."""
+    """Run by the server's start-up, before its first task: draw the fingerprints'
+    multipliers (probes.host_weights) before the device is held."""
     host_weights()

@@ -19,18 +19,14 @@ from kb_eval.timing import (SPENT, TimingSettings, busy_ms_before_quiet, kept, p
 
 
 def time_rounds(payload: RoundsRequest, device: torch.device) -> dict:
-    """The rounds `rounds` of a paired timing, back to back: the ones due at one
-    handshake, in one call (each server call costs the candidate's timing step time).
-    Each round makes its calls of the reference, each on fresh inputs drawn before its
-    clock starts, here where no candidate code runs; the candidate's child is stopped
-    meanwhile. One untimed call first (the candidate's rounds start the same way; none
-    with `round_untimed` off), and the run's warmup before the first round. {"rounds":
-    one answer per round}, or {"error": why not}.
+    """The rounds `payload.rounds` of a paired timing, back to back, the candidate's
+    child stopped meanwhile: each round's calls of the reference on fresh inputs, after
+    one untimed call (as the candidate's rounds) and, before the first, the run's warmup.
+    {"rounds": one answer per round}, or {"error": why not}.
 
-    The stopped candidate keeps its device memory. Out of memory beside it, a round is
-    tried once more with what this server only caches given back (reference outputs,
-    allocator blocks); out of memory again, the answer says so and the sample keeps its
-    unpaired timing (the server survives such an error: server_turns.out_of_memory)."""
+    Out of memory beside the stopped candidate, a round is tried once more with this
+    server's cached outputs and blocks given back; out of memory again, the sample keeps
+    its unpaired timing."""
     answers = []
     for i, r in enumerate(payload.rounds):
         def one_round(r=r, first=i == 0) -> dict:
@@ -64,15 +60,12 @@ def _time_round(payload: RoundsRequest, device: torch.device, r: int, wait_quiet
     timed = baseline_model(p, payload, device)
     if isinstance(timed, str):  # the compiler's limit: an answer, not a failed server call
         return {"error": f"no {payload.baseline_mode} baseline: {timed}"}
-    # Kernels the stopped candidate queued may still run: wait them out, so that they
-    # never slow the reference's round, and report how long (phases.pair_busy_max). Once
-    # per call: the candidate stays stopped until its last round has ended.
+    # Kernels the stopped candidate queued may still run: wait them out and report how
+    # long (phases.pair_busy_max); once per call, the candidate stays stopped.
     with spent("quiet"):
         busy_ms = busy_ms_before_quiet(device) if wait_quiet and device.type == "cuda" else 0.0
-    # Around each call, the candidate child's own bookkeeping (calls.py: on a host-bound
-    # problem that work slows the next call, so both sides do it). Not the full tripwire
-    # check after the round's last call: no timed call follows it in the round, and here,
-    # where no candidate code runs, it finds nothing.
+    # Around each call, the candidate child's own bookkeeping (calls.py), which slows a
+    # host-bound call, so both sides do it.
     rounds = paired_rounds(settings)
     calls_r = rounds[r]
     calls = TimedCalls(timed, p.watch(device), device,
@@ -83,10 +76,8 @@ def _time_round(payload: RoundsRequest, device: torch.device, r: int, wait_quiet
         timer = _untimed_calls(calls, settings, r, device)
         ms = kept(settings, r, time_calls(calls.call, calls_r, timer, calls.args,
                                           calls.on_output, collect=r == 0))
-    # The blocks this round's calls used stay cached until the last round, as the
-    # candidate's allocator keeps its own: given back after every round, each next
-    # round's first call would run on memory freshly mapped. The next request of any
-    # other kind releases them.
+    # The blocks stay cached until the last round, as the candidate's allocator keeps its
+    # own (else each round's first call would run on freshly mapped memory).
     if r == len(rounds) - 1:
         release(device)
     SPENT["server"] += clocks.perf_counter() - entered
@@ -114,9 +105,8 @@ def _untimed_calls(calls: TimedCalls, settings: TimingSettings, r: int,
 def estimate_call(payload: EstimateRequest, device: torch.device) -> dict:
     """{"ms": a rough time of one call of what paired rounds time (the baseline model),
     "launch_ms": the part of it until the call returned (its launches, on a GPU), or
-    None}: the second of two synchronized calls, by the host's clock. It sizes each
-    sample's timed calls (timing.plan_timing): never a figure that is scored, so it is
-    taken beside other children's untimed work, whose noise only moves that count."""
+    None}: the second of two synchronized calls, by the host's clock. It only sizes each
+    sample's timed calls (timing.plan_timing), never a scored figure."""
     p = loaded_problem(payload, device)
     timed = baseline_model(p, payload, device)
     if isinstance(timed, str):

@@ -1,20 +1,13 @@
 """Scores of a run: pure functions of the sample records and of what was asked.
 
-Denominator: the problems asked, each weighing the same whatever its number of samples;
-a problem none of whose samples the evaluator could judge (eval_error, reference_error,
-too_large) is left out and listed in `excluded_problems`.
-A problem's rate is the share of its `samples_per_problem` asked samples that pass; a
-missing or failed sample counts as not compiled, not correct, not fast. With one sample
-per problem this is KernelBench's definition: fast_p = share of problems that are correct
-AND have speedup > p. fast_p_sig counts a sample only when its speedup's 95 % interval
-lies above p (kb_eval/eval/judge/confidence.py). sol_p: the share of problems with a
-counted sample at >= p of the speed of light, at most 1 (kb_eval/eval/judge/sol.py).
-The compiled rate is the exception: it describes the answers that exist, so it is the
-share of the recorded samples (last turns) that compiled, whatever was asked (a sample
-never recorded did not fail to compile).
-
-pass@k is the unbiased estimator of Chen et al. (2021): with n samples of which c are
-correct, 1 - C(n-c, k) / C(n, k), computed as a product so it never overflows.
+Denominator: the problems asked, each weighing the same; a problem none of whose samples
+the evaluator could judge is left out and listed in `excluded_problems`. A problem's rate
+is the share of its `samples_per_problem` asked samples that pass (a missing sample
+fails). With one sample per problem, fast_p is KernelBench's: correct AND speedup > p.
+fast_p_sig needs the speedup's 95 % interval above p (judge/confidence.py); sol_p counts
+samples at >= p of the speed of light (judge/sol.py). The compiled rate is the share of
+the recorded samples (last turns) that compiled. pass@k is the unbiased estimator of
+Chen et al. (2021), computed as a product so it never overflows.
 """
 
 from __future__ import annotations
@@ -182,15 +175,3 @@ def summarize_levels(records: Iterable[SampleRecord], problems_asked: Iterable[s
         summary.levels[f"level{level}"] = summarize(
             [r for r in records if level_of(r.key) == level], keys, samples_per_problem)
     return summary
-
-
-def speedups_table(records: Iterable[SampleRecord]):
-    """One row per record (pandas DataFrame): key, sample, status, correct, speedup, ms."""
-    import pandas as pd
-
-    return pd.DataFrame([{
-        "key": r.key, "sample": r.sample, "turn": r.turn, "status": r.status,
-        "compiled": r.compiled, "correct": is_correct(r), "speedup": counted_speedup(r),
-        "candidate_ms": r.timing.median if r.timing else None,
-        "baseline_ms": r.baseline.median if r.baseline else None,
-    } for r in records])

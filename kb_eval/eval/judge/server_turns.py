@@ -37,21 +37,16 @@ def note_server_time(payload: dict, seconds: float, out: ChildOutcome | None) ->
 
 
 def out_of_memory(out: ChildOutcome) -> bool:
-    """A server task that ran out of device memory left the server sound (PyTorch frees
-    what the task held): it keeps running, and with it the device buffers it holds for
-    the other samples in flight, which would otherwise lose their outputs
-    (`exchange_lost`) and meet the same shortage again in their retries."""
+    """A server task that ran out of device memory left the server sound: it keeps
+    running, and with it the buffers it holds for the other samples in flight."""
     return "OutOfMemoryError" in (out.error or "")
 
 
 class ServerTurns:
-    """One call at a time on a device's server, and the calls that start a sample (its
-    plan, the estimate, its output buffers) or time one (a paired round) before those
-    that end one (a comparison, freeing buffers): when a timing step lets go of the
-    device, the next samples' buffers are ready before the device's shared turn closes
-    (devlock.py), instead of coming after the finished samples' comparisons. Ending calls
-    wait only while starting ones are queued, and those are bounded by the samples in
-    flight."""
+    """One call at a time on a device's server, the calls that start a sample (plan,
+    estimate, buffers) or time one (a paired round) before those that end one (a
+    comparison, freeing buffers), so the next samples are ready before the device's
+    shared turn closes (devlock.py). Starting calls are bounded by the samples in flight."""
 
     FIRST = ("plan", "estimate", "export", "time_calls")
 

@@ -2,17 +2,12 @@
 that a time the memory could not have delivered is never a win.
 
 The share (kb_eval/work.py `SolShare`) is the larger of achieved FLOP/s over the matmul
-peak at the run's precision and compulsory bytes/s over the DRAM bandwidth; the
-reference's own share, from the baseline's median, stands beside it.
+peak and compulsory bytes/s over the DRAM bandwidth; the reference's share stands beside.
 
-`above_speed_of_light` follows the physical floor's rule (rules.physical_floor): FLOPs
-are never a floor (an algebraic shortcut is legitimate, so a FLOP share above 1 is only
-reported), bytes are. The bytes a call must move from DRAM on a GPU with L2 flushed:
-its inputs and weights and the outputs beyond what L2 absorbs. Those bytes at more than
-the measured bandwidth (the faster of a copy and a read, kb_eval/peaks.py) flag the
-sample: correct, its speedup not counted. On a CPU (no flush: a call may find its data in
-the caches) a share above 1 is reported only. Either way a share above 1 is never
-counted in sol_p (score.counted_sol).
+`above_speed_of_light` follows rules.physical_floor: FLOPs are never a floor (an algebraic
+shortcut is legitimate), bytes are. On a GPU with L2 flushed, the bytes a call must move
+from DRAM at more than the measured bandwidth flag the sample (correct, speedup not
+counted); on a CPU such a share is only reported. A share above 1 never counts in sol_p.
 """
 
 from __future__ import annotations
@@ -45,9 +40,8 @@ def sol_share(work: ProblemWork, peaks, precision: str, median_ms: float | None,
 
 
 def must_bytes(work: ProblemWork, l2_bytes: int | None) -> int:
-    """The bytes a call cannot have found in L2 once it was flushed (the physical floor's
-    count, with weights: the flush evicts them too): inputs, weights, and the outputs
-    beyond what L2 absorbs (written back after the call ends)."""
+    """The bytes a call cannot have found in L2 once it was flushed: inputs, weights, and
+    the outputs beyond what L2 absorbs."""
     reads = (work.in_bytes or 0) + (work.weight_bytes or 0)
     return reads + max(0, (work.out_bytes or 0) - (l2_bytes or 0))
 
@@ -55,8 +49,8 @@ def must_bytes(work: ProblemWork, l2_bytes: int | None) -> int:
 def light_flags(work: ProblemWork, peaks, median_ms: float | None,
                 flushed: bool) -> list[Flag]:
     """`above_speed_of_light` when the call's must-move bytes over its median exceed the
-    measured bandwidth; only where L2 was flushed before each call (a GPU), as the
-    physical floor's byte rule: elsewhere no byte is known to come from DRAM."""
+    measured bandwidth; only where L2 was flushed before each call (elsewhere no byte is
+    known to come from DRAM)."""
     bw = peaks.bandwidth
     if not flushed or not median_ms or median_ms <= 0 or not bw or work.bytes is None:
         return []

@@ -1,19 +1,15 @@
 """Static checks of a candidate's source (parent side: parsed with `ast`, never run).
 
-- `no_custom_kernel` (warning; its speedup is not counted): no custom kernel is built or
-  declared: no `load_inline` / `cpp_extension.load`, no `@triton.jit` (or autotune) kernel,
-  no CuPy `RawKernel`/`RawModule`, no `numba.cuda.jit`. The candidate computes with PyTorch
-  ops (or `torch.compile`), so its time says nothing about a kernel written for the task.
-- `suspicious_code` (warning, reported): uses of what honest kernels have no need for and
-  exploits do: `gc`, `inspect`, `sys._getframe`, trace/profile hooks, `ctypes`, threads and
-  processes (`threading`, `concurrent.futures`, `multiprocessing`, `subprocess`, `os.fork`,
-  `os.kill`, `signal`), side streams (`torch.cuda.Stream`), the evaluator's own package
-  (`kb_eval`), code objects (`__code__`), `builtins`, writes to files.
-- `monkeypatch` (warning, reported): assignments (or setattr) to attributes of imported
-  modules or their members, e.g. `time.perf_counter = ...`, `torch.cuda.synchronize = ...`,
-  `torch.backends.cuda.matmul.allow_tf32 = True` (cudnn.benchmark is allowed).
-These are heuristics over the source text: a determined candidate can hide any of them
-(exec of a string, getattr with computed names). The runtime checks do not rely on them.
+- `no_custom_kernel` (warning; speedup not counted): no kernel is built or declared
+  (`load_inline`, `cpp_extension.load`, `@triton.jit`, CuPy `RawKernel`, `numba.cuda.jit`):
+  PyTorch ops only, so its time says nothing about a kernel written for the task.
+- `suspicious_code` (warning): what exploits use and honest kernels need not: `gc`,
+  `inspect`, frames, trace hooks, `ctypes`, threads and processes, signals, side streams,
+  `kb_eval`, code objects, `builtins`, writes to files (SUSPICIOUS_MODULES, _ATTRS).
+- `monkeypatch` (warning): assignments (or setattr) to attributes of imported modules,
+  e.g. `time.perf_counter = ...` (cudnn.benchmark is allowed).
+These are heuristics a determined candidate can hide from; the runtime checks do not rely
+on them.
 """
 
 from __future__ import annotations
@@ -80,10 +76,8 @@ class _Scan(ast.NodeVisitor):
     def _note_module(self, name: str) -> None:
         root = name.split(".")[0]
         what = SUSPICIOUS_MODULES.get(root)
-        if what:
+        if what:  # importing a kernel library is not building: a kernel must be declared
             self.suspicious.add(what)
-        if name.startswith("torch.utils.cpp_extension") or root in ("triton", "cupy", "numba"):
-            pass  # importing is not building: a kernel must be declared (below)
 
     # kernels
     def visit_Call(self, node):

@@ -10,26 +10,13 @@ the reference and the truth are finite:
     elementwise  |out - truth| <= K * (E_i + S + u * (|truth_i| + M))
     normwise     ||out - truth|| <= K_NORM * (||E|| + u * ||truth||)
 
-S = rms(E) (the reference's typical error, so an element the reference happened to get
-exactly right is not held to zero), M = rms(truth), both over the positions that carry a
-value (the reference or the truth nonzero: an output that is exact zeros almost everywhere
-would otherwise hold its few values to ~0: an honest copy of a mostly-zero output once
-failed so, docs/PERFORMANCE.md), u = the unit roundoff of the run's precision (2^-24 for
-fp32: the slack of storing the result at all; M makes it a floor where the truth is ~0).
-Where no position carries a value (the reference and the truth zero everywhere: a
-MobileNetV2 whose float64 and fp32 runs both gave exact zeros), S = M = 0 would hold the
-output to exactly zero, and an fp32 computation that lands on zeros through other
-roundings (a residue of 5e-9) failed at 1.5e15x its bound. There M is the computation's
-own scale instead, the largest magnitude among the call's floating inputs and the
-reference's weights and buffers (`Truth.scale`): an fp32 residue of u times that passes,
-a bf16 one (2^-8 of it) still fails.
-NaN and Inf must sit where the reference's are. K and K_NORM come from
-benchmarks/f64_bound.py (CPU, docs/GUARANTEES.md "Correctness"): other summation orders
-(chunked, transposed, im2col, by hand) needed k <= 7.2 and a normwise ratio <= 1.6; a
-naive term-by-term fp32 loop over 16384 terms k = 36, ratio 7.6 (growing as sqrt(terms));
-TF32, fp16 or bf16 inputs needed k >= 1860 and ratio >= 550, even at 131072 terms. K = 256
-and K_NORM = 64 leave a naive loop room up to ~1M terms and still fail every downgrade
-measured by a factor of 7 or more.
+S = rms(E) and M = rms(truth) over the positions that carry a value (the reference or the
+truth nonzero), so an element the reference got exactly right, or a mostly-zero output, is
+not held to zero; u = the unit roundoff of the run's precision. Where no position carries
+a value, M is the computation's own scale (`Truth.scale`). NaN and Inf must sit where the
+reference's are. K and K_NORM (benchmarks/f64_bound.py, docs/GUARANTEES.md "Correctness")
+pass other summation orders and naive loops up to ~1M terms, and fail every TF32, fp16 or
+bf16 downgrade measured by a factor of 7 or more.
 
 `ratio` and `norm_ratio` in a label's result are the worst elementwise and the normwise
 error as a share of their bounds (<= 1 passes): how close a candidate came.
@@ -50,8 +37,7 @@ CHUNK = 1 << 23  # elements per step: a few float64 temporaries of 64 MB each
 
 class Truth(list):
     """A call's float64 outputs, and `scale`: the largest finite magnitude among the
-    call's floating inputs and the reference's floating weights and buffers (0 unknown),
-    the rule's M where the truth carries no value at all."""
+    call's floating inputs and the reference's weights and buffers (0 unknown)."""
 
     def __init__(self, tensors, scale: float = 0.0):
         super().__init__(tensors)
@@ -60,7 +46,7 @@ class Truth(list):
 
 def computation_scale(inputs: list, model: torch.nn.Module) -> float:
     """Truth.scale of a call: one reduction per tensor, no copies (inputs may be GiBs);
-    0 when a tensor cannot say (the rule then has no floor, as before)."""
+    0 when a tensor cannot say."""
     tensors = [t for t in _leaves(inputs) if t.is_floating_point() and t.numel()]
     tensors += [t for t in (*model.parameters(), *model.buffers())
                 if t.is_floating_point() and t.numel()]
@@ -97,14 +83,8 @@ def within_rounding(excess: float, d2: float, r2: float, count: int, u: float) -
     (K - K*u) * E + K*u*|ref| + K*S + K*u*M >= E + K*u*|ref| + K*u*rms(ref), since
     K*u <= 1 (every precision here) and M >= rms(ref) - S; and the normwise bound
     K_NORM * (||E|| + u*||truth||) >= ||E|| + K_NORM*u*||ref|| likewise. One assumption:
-    the truth is finite wherever the reference is (the rule counts only positions finite
-    in all three; float64 has the wider range). For fp32 that is 1.5e-5 of the
-    reference's scale elementwise and 3.8e-6 normwise: another blocking of the same sums
-    lands there (a 16384-term matmul chunked or transposed: 0-7 u of the norm, against
-    64), a TF32, fp16 or bf16 downgrade (~5,000 u and more) never does, and faces the
-    truth (tests/test_verdicts_f64.py). The truth was most of the reference server's time
-    for nondeterministic references, whose honest copies never equal the reference
-    (docs/PERFORMANCE.md)."""
+    the truth is finite wherever the reference is (float64 has the wider range). A TF32,
+    fp16 or bf16 downgrade never lands within this and still faces the truth."""
     if not count:
         return True
     ku = K * u
@@ -113,9 +93,8 @@ def within_rounding(excess: float, d2: float, r2: float, count: int, u: float) -
 
 def special_mismatches(oc: torch.Tensor, rc: torch.Tensor,
                        both_finite: torch.Tensor) -> tuple[int, int]:
-    """Positions where NaN, or an infinity, differs between out and ref (float64 chunks).
-    Only the positions outside `both_finite` (where neither is NaN or Inf) can: usually
-    none, and then nothing more is computed."""
+    """Positions where NaN, or an infinity, differs between out and ref (float64 chunks);
+    only those outside `both_finite` are looked at."""
     if bool(both_finite.all()):
         return 0, 0
     oc, rc = oc[~both_finite], rc[~both_finite]
@@ -141,17 +120,13 @@ def applies(ref: torch.Tensor, truth: torch.Tensor) -> bool:
     return floating and tuple(ref.shape) == tuple(truth.shape)
 
 
-# The loops below keep every position and zero the ones not counted, rather than select
-# the counted ones (a boolean index copies them out, and on a GPU waits for the device to
-# learn how many), work in place on their own temporaries (never on a view of the caller's
-# tensors: `.double()` of a float64 tensor is that tensor) and sum on the device, read once
-# per tensor. On the 2-core CPU a 12.6M-element output's two verdicts took 2.76 s before,
-# 1.22 s now (the same values: 120 random cases with NaN and Inf agreed to 1e-12).
-# On a GPU the fused kernels of judge/fused.py compute the same in one read of the data
-# per pass (`KB_EVAL_FUSED_COMPARE=0` keeps the torch code there too).
+# The loops below zero the positions not counted rather than select the counted ones (a
+# boolean index copies, and on a GPU syncs), and work in place only on their own
+# temporaries (`.double()` of a float64 tensor is that tensor). On a GPU judge/fused.py
+# computes the same in one read per pass (`KB_EVAL_FUSED_COMPARE=0`: the torch code).
 
 
-def _fused(r: torch.Tensor, *others: torch.Tensor):
+def fused_for(r: torch.Tensor, *others: torch.Tensor):
     """judge/fused.py when it judges these tensors (on a GPU), else None."""
     if r.device.type != "cuda":
         return None
@@ -162,9 +137,8 @@ def _fused(r: torch.Tensor, *others: torch.Tensor):
 
 def _scales(r: torch.Tensor, t: torch.Tensor) -> tuple[float, float, int]:
     """Sums of E^2 and truth^2 over positions finite in both, and the count of those that
-    carry a value (the reference or the truth nonzero; the others add nothing to either
-    sum): S and M are rms over them."""
-    fused = _fused(r, t)
+    carry a value (the reference or the truth nonzero): S and M are rms over them."""
+    fused = fused_for(r, t)
     return fused.scales(r, t, CHUNK) if fused else _scales_torch(r, t)
 
 
@@ -192,7 +166,7 @@ def compare_truth(out: torch.Tensor, ref: torch.Tensor, truth: torch.Tensor,
     s, m = (e2 / n) ** 0.5 if n else 0.0, (t2 / n) ** 0.5 if n else 0.0
     if not n:  # zeros everywhere: the computation's scale, over every position
         m, t2 = scale, scale * scale * r.numel()
-    fused = _fused(r, o, t)
+    fused = fused_for(r, o, t)
     worst, c2, bad, nan_bad, inf_bad = (fused.truth_check(o, r, t, s, m, u, K, CHUNK) if fused
                                         else _check_torch(o, r, t, s, m, u))
     norm_bound = K_NORM * (e2 ** 0.5 + u * t2 ** 0.5)

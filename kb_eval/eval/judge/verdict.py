@@ -49,15 +49,11 @@ FILES_BUDGET = 16 << 30  # output files one sample writes for its correctness tr
 
 
 def trials_for(asked: int, out_bytes: int | None) -> int:
-    """Correctness trials for outputs of `out_bytes`: as asked, but their files (each
-    trial's outputs go to disk for the reference server) within 16 GiB, and at least two.
-    A KernelBench L1Norm writes 8 GiB per call: 5 trials, a re-checked timed call and the
-    shape probe would write 56 GiB, most of the device machine's disk."""
+    """Correctness trials for outputs of `out_bytes`: as asked, but their output files
+    within FILES_BUDGET, and at least two."""
     if not out_bytes:
         return asked
     return max(min(asked, 2), min(asked, FILES_BUDGET // out_bytes))
-
-
 
 
 def labels_to_check(cfg, saved: object, correct_trials: int | None = None,
@@ -168,11 +164,10 @@ def _reference_alone(ctx, cfg, problem, ref: ReferenceRun, paired: dict | None,
 
 
 def _use_pairing(record: SampleRecord, paired: dict | None) -> None:
-    """One reference time per sample: when the sample was paired and the pairing is sound,
-    the speedup, its interval and the baseline are all the rounds timed in pairs with the
-    candidate (schedule/pairing.py), whichever baseline the run was given; the file's
+    """One reference time per sample: when the pairing is sound, the speedup, its interval
+    and the baseline all come from the paired rounds (schedule/pairing.py); the file's
     time stays only in `speedup_vs_baseline`. Unpaired, the reference timed alone (or the
-    file's) stays, and a warning says why (docs/GUARANTEES.md, intervals)."""
+    file's) stays, and a warning says why."""
     rounds, cand = (paired or {}).get("rounds"), record.timing.rounds
     if paired is None:
         return

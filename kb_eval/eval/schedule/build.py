@@ -1,28 +1,14 @@
-"""Build step: compile a candidate in its own child, once per distinct source.
+"""Build step (parent side): compile a candidate in its own child, once per distinct source.
 
-Each source gets a cache folder `<cache>/builds/<sha256(source + toolchain)>/`, where the
-toolchain is torch's version, CUDA's and nvcc's, the C++ compiler's and the arch list.
-The build child points TORCH_EXTENSIONS_DIR (and TRITON_CACHE_DIR) there and execs the
-source, so `load_inline` compiles into it; the run child later does the same, finds the
-built .so up to date and loads it without invoking a compiler. After a build, the parent
-writes `kb_build.json` into the folder; its presence is the cache hit, and a cached
-compile error is served from it too (timeouts and crashes are not cached: they may pass
-next time).
+Each source gets a cache folder `<cache>/builds/<sha256(source + toolchain)>/`; the build
+child (child/build_task.py) compiles into it and the run child later loads the built .so
+without a compiler. `kb_build.json` in the folder is the cache hit; compile errors are
+cached, timeouts and crashes are not.
 
-A compile error is the candidate's, and cached, only when the compiler ran on its source
-and said why (a diagnostic: `error:`, an undefined reference). A failure of ours (our
-precompiled header missing or unreadable, a file of our cache gone, the compiler killed,
-a timeout while a precompiled header was being made) is never cached: the build is tried
-once more without the precompiled header, and if that fails for a reason of ours too,
-the outcome carries `harness_error` instead of blaming the candidate. A cached compile
-error that shows a fault of ours (written by an older version) is ignored and rebuilt.
-
-Builds run with no GPU visible (CUDA_VISIBLE_DEVICES=""), so they run on CPU workers while
-GPUs evaluate. An exception at import that is not a build error (say the module asks for
-the GPU at import) makes the build "deferred": the run child, which sees the GPU, decides.
-
-This is the parent's side; what runs in the build child, beside the candidate, is
-kb_eval/eval/child/build_task.py.
+A compile error is cached only when the compiler diagnosed the candidate's source. A
+failure of ours (precompiled header, our cache's files, a kill) is retried once without
+the precompiled header, then reported as `harness_error`, never blamed on the candidate.
+Builds see no GPU; an import that needs one makes the build "deferred" to the run child.
 """
 
 from __future__ import annotations
@@ -52,11 +38,9 @@ from kb_eval.results import BuildInfo, CrashInfo, write_json_atomic
 
 MARKER = "kb_build.json"
 HARNESS_ERROR = "harness_error"  # BuildInfo.status of a build that failed for a reason of ours
-# Signals that end a build child only when someone kills it (our own kills, for a timeout,
-# memory or output, are reported as such): the OOM killer, a user, a shutdown.
+# Signals of an outside kill (the OOM killer, a user, a shutdown); our own kills say so.
 KILL_SIGNALS = ("SIGKILL", "SIGTERM", "SIGINT", "SIGHUP")
-# What build children run (kb_eval/eval/child/build_task.py: the candidate's side). Both in
-# one module, so that a lazy compile's child is one of the builds' spares.
+# Both targets in one module, so that a lazy compile's child is one of the builds' spares.
 BUILD_TARGET = "kb_eval.eval.child.build_task:build_candidate"
 FIRST_CALL_TARGET = "kb_eval.eval.child.build_task:call_on_meta"
 
@@ -76,16 +60,11 @@ def _first_line(cmd: list[str]) -> str:
 
 def clear_batons(root: Path, since: float | None = None,
                  before: float | None = None) -> int:
-    """Remove torch's build locks (`<key>/<extension>/lock`, cpp_extension's FileBaton)
-    under the build cache `root` made since `since` or before `before` (wall clock);
-    returns how many. A child killed while torch held one (a time limit, Ctrl-C, a load
-    over its budget) left it behind, and every later load of that build waited on it
-    until its load budget ran out: a `timeout` charged to the candidate (reproduced on
-    the CPU with a lock left in a cached build). Our children's locks (eval/child/baton.py)
-    are removed when their holder is dead, whenever made, and never while it lives (a
-    run beside this one may hold one). For the rest, a run removes, once all its children
-    have ended, the locks made since it started, and at its start those older than any
-    build or run may hold one (another run's children may hold younger ones)."""
+    """Remove torch's build locks (`<key>/<extension>/lock`) under `root` made since
+    `since` or before `before` (wall clock); returns how many. A lock left by a killed
+    child would make every later load of that build time out, charged to the candidate.
+    Our children's locks (child/baton.py) go when their holder is dead, never while it
+    lives (a run beside this one may hold one)."""
     def foreign(made: float) -> bool:
         return (since is not None and made >= since) or (before is not None and made < before)
 
@@ -93,23 +72,22 @@ def clear_batons(root: Path, since: float | None = None,
 
 
 def clear_old_batons(cache_dir: Path, build_timeout_s: float, run_timeout_s: float) -> float:
-    """At a run's start: the locks older than any build and run may hold one (left by a
-    run killed outright); returns the start (wall clock) for the `since` sweep at its end."""
+    """At a run's start, remove locks older than any build and run may hold; returns the
+    start (wall clock) for the `since` sweep at its end."""
     started = time.time()
     clear_batons(Path(cache_dir) / "builds", before=started - build_timeout_s - run_timeout_s)
     return started
 
 
 def front_name(compiler_env: dict[str, str]) -> str:
-    """The compiler fronts that build children see (pch.py as CXX, nvcc_front.py as
-    PYTORCH_NVCC): part of the toolchain, since they are in the builds' ninja commands."""
+    """The compiler fronts build children see (CXX, PYTORCH_NVCC): part of the toolchain,
+    since they are in the builds' ninja commands."""
     return "|".join(filter(None, (compiler_env.get("CXX"), compiler_env.get("PYTORCH_NVCC"))))
 
 
 @functools.lru_cache(maxsize=8)
 def toolchain_fingerprint(arch_list: str = "", cxx: str | None = None, front: str = "") -> str:
-    """What, besides the source, decides the bytes of a build (and its ninja commands:
-    `front` names the compiler fronts: front_name)."""
+    """What, besides the source, decides the bytes of a build (`front`: front_name)."""
     import torch
 
     cxx = cxx or os.environ.get("CXX", "c++")
@@ -121,8 +99,8 @@ def toolchain_fingerprint(arch_list: str = "", cxx: str | None = None, front: st
 
 @functools.lru_cache(maxsize=4)
 def is_gcc(cxx: str) -> bool:
-    """Precompiled headers found by name next to includes are GCC's feature (clang
-    defines __GNUC__ too, so it is told apart by __clang__)."""
+    """Whether `cxx` is GCC (whose precompiled headers are found by name); clang defines
+    __GNUC__ too, so it is told apart by __clang__."""
     try:
         macros = subprocess.run([cxx, "-dM", "-E", "-x", "c++", os.devnull], capture_output=True,
                                 text=True, timeout=30).stdout
@@ -147,14 +125,10 @@ class BuildOutcome:
     error: str | None = None  # one line
     detail: str | None = None  # the compiler's output or the build child's output tail
     crash: CrashInfo | None = None
-    # Set when the build failed for a reason of ours (toolchain, precompiled header, our
-    # cache's files, a kill or a timeout while a PCH was being made), even after a retry
-    # without the PCH: what went wrong, in words. The candidate is not to blame, so the
-    # sample is an eval_error, not a compile_error; never cached (info.status is
-    # "harness_error").
+    # Why the build failed for a reason of ours, even after a retry without the PCH: the
+    # sample is an eval_error, not a compile_error, and nothing is cached.
     harness_error: str | None = None
-    # Why the build was tried a second time without the precompiled header (a fault of
-    # ours in the first try); None when it was built once.
+    # Why the build was retried without the precompiled header; None when built once.
     retried: str | None = None
 
     @property
@@ -163,8 +137,7 @@ class BuildOutcome:
         return self.info.status in ("ok", "skipped", "deferred")
 
 
-# A source that mentions none of these compiles nothing when imported (pure PyTorch, or
-# Triton, which compiles on first call): its build step is skipped and the run child loads it.
+# A source naming none of these compiles nothing at import: its build step is skipped.
 COMPILE_MARKERS = ("cpp_extension", "load_inline", "nvcc", "subprocess", "ctypes", "cffi",
                    "setuptools", "cupy", "numba", "os.system", "importlib", "__import__")
 
@@ -191,13 +164,10 @@ class Builder:
         self.root = Path(root)
         self.fingerprint, self.env = fingerprint, env
         self.timeout_s, self.mem_limit_mb = timeout_s, mem_limit_mb
-        # Spare children (torch imported ahead) for the next build; a process that runs
-        # one build at a time (a Ray worker) gains little from them and pays for them all
-        self.spares = spares
+        self.spares = spares  # children with torch imported ahead (little use to a Ray worker)
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
-        # the precompiled header, made by a build of ours (pch_warm.py): by the first
-        # build worker, before its first build; the others do not wait for it
+        # the first build worker makes the precompiled header (pch_warm.py); others don't wait
         self._warm = threading.Lock() if warm_pch and self.pch_dir else None
 
     def _lock(self, key: str) -> threading.Lock:
@@ -236,8 +206,7 @@ class Builder:
     def _first_call(self, source: str, first_call: dict, ext_dir: Path,
                     workdir: Path) -> float:
         """Seconds of the lazy-compile call (first_call.py); its outcome is ignored. It
-        has a build's time, not the run child's load budget: niced among other builds, a
-        compile can take longer than on the lane, and a kill would waste it."""
+        gets a build's time limit: niced among builds, it may take longer than on the lane."""
         payload = {**first_call, "source": source, "extensions_dir": str(ext_dir)}
         out = run_isolated(FIRST_CALL_TARGET, payload,
                            workdir=workdir / "first_call", timeout_s=self.timeout_s,
@@ -247,8 +216,7 @@ class Builder:
 
     def _build_twice_at_most(self, source: str, key: str, ext_dir: Path,
                              workdir: Path) -> BuildOutcome:
-        """Build; on a failure of ours, once more without the PCH (it is the usual
-        suspect, and a plain compile needs nothing of ours but the front's exec)."""
+        """Build; on a failure of ours, once more without the PCH (the usual suspect)."""
         first = self._run(source, ext_dir, workdir, bypass_pch=False)
         if first.status == "crashed" and first.signal_name in KILL_SIGNALS:
             # Not retried: the kill may be ours, closing the run (a retry would hold it up).
@@ -281,9 +249,9 @@ class Builder:
         return out
 
     def allow(self, ext_dir: Path, *more_writes: str) -> dict[str, list[str]]:
-        """What a build's sandboxed child may use besides its folder: the source's build
-        folder (read and write), the compiler fronts (read): never another source's
-        build, nor the precompiled headers, which every later build would use."""
+        """What a build's sandboxed child may use: its build folder (write), the compiler
+        fronts (read); never another build, nor the precompiled headers every later build
+        uses."""
         fronts = [self.pch_dir, str(self.root.parent / "nvcc")]
         return {"write": [str(ext_dir), *more_writes, *armed_folder()],
                 "read": [f for f in fronts if f]}
@@ -316,9 +284,8 @@ class Builder:
         return BuildOutcome(info, str(ext_dir), error=error, detail=data.get("detail"))
 
     def _blames_candidate(self, r: dict) -> bool:
-        """A compile error the compiler gave for the candidate's source, nothing of ours:
-        the only kind of failure worth caching. Entries of older versions carry no
-        verdict: their text is judged again."""
+        """A compile error the compiler gave for the candidate's source (the only failure
+        worth caching); older entries carry no verdict, so their text is judged again."""
         text = f"{r.get('error') or ''}\n{r.get('detail') or ''}"
         fault = r.get("toolchain_fault") or toolchain_fault(text, [self.pch_dir, str(self.root)])
         return fault is None and r.get("diagnosed", True)
@@ -361,6 +328,3 @@ def build_probe(builder: Builder, source: str, ext_dir: Path) -> None:
                  timeout_s=builder.timeout_s, mem_limit_mb=builder.mem_limit_mb,
                  env=builder.env, poll_s=BUILD_POLL_S,
                  allow=builder.allow(ext_dir, builder.pch_dir))
-
-
-# ------------------------------------------------------------------ crash kinds

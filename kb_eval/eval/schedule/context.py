@@ -106,9 +106,8 @@ class EvalContext:
                 **(self.sandbox_env() if sandboxed else {})}
 
     def sandbox_env(self) -> dict[str, str]:
-        """The sandbox's policy for candidate children (none with --no-sandbox): they may
-        write under this process's scratch folders and the build cache, and read the
-        compiler fronts; each task narrows that to its own folders (build_allow)."""
+        """The sandbox's policy for candidate children (none with --no-sandbox); each task
+        narrows it to its own folders (build_allow)."""
         return sandbox_policy(self.config).to_env() if self.config.sandbox else {}
 
     def build_allow(self, extensions_dir: str | Path) -> dict[str, list[str]]:
@@ -170,15 +169,17 @@ class EvalContext:
         except UserError as e:
             return path, None, e
 
-    def baseline_for(self, problem: Problem) -> TimingStats | None:
+    def _baseline_record(self, problem: Problem):
         baseline = self._baseline(problem.source, strict=False)
-        rec = baseline.records.get(problem.key) if baseline is not None else None
+        return baseline.records.get(problem.key) if baseline is not None else None
+
+    def baseline_for(self, problem: Problem) -> TimingStats | None:
+        rec = self._baseline_record(problem)
         return rec.timing if rec is not None and rec.status == "ok" else None
 
     def baseline_peak(self, problem: Problem) -> int | None:
         """The reference's peak device memory measured by the baseline stage, if known."""
-        baseline = self._baseline(problem.source, strict=False)
-        rec = baseline.records.get(problem.key) if baseline is not None else None
+        rec = self._baseline_record(problem)
         return rec.peak_mem_bytes if rec is not None else None
 
     def check_baseline_covers(self, problems: list[Problem]) -> None:
@@ -206,10 +207,8 @@ def _compile_flag(cfg: EvalConfig) -> str:
 def create_checked(config: EvalConfig, problems: list[Problem], may_go_live: bool
                    ) -> tuple["EvalContext", str | None]:
     """The context, its baseline checked to cover every asked problem. Without a usable
-    file (missing, or lacking a problem) and with `may_go_live` (no baseline file asked
-    for by name: no --baseline-compile, not a resumed run that used a file), the reference
-    is timed live in this run instead, and the second value says why (kb_eval.run and
-    kb_eval.eval behave alike)."""
+    file and with `may_go_live` (no baseline file asked for by name), the reference is
+    timed live instead, and the second value says why."""
     ctx = EvalContext.create(config)
     if config.live_baseline:
         return ctx, None
@@ -225,9 +224,9 @@ def create_checked(config: EvalConfig, problems: list[Problem], may_go_live: boo
 
 
 def cpu_lanes(config: EvalConfig) -> list[str]:
-    """The CPU's device lanes: one ("cpu"), or `cpu_lanes` named cpu0, cpu1, ... -- stand-ins
-    for GPUs that exercise multi-device scheduling on a CPU machine (CI). They share the
-    cores, so each has its own timing lock but their timings are not independent."""
+    """The CPU's device lanes: one ("cpu"), or `cpu_lanes` named cpu0, cpu1, ...: stand-ins
+    for GPUs that exercise multi-device scheduling on a CPU machine (their timings share
+    the cores)."""
     n = config.cpu_lanes
     return ["cpu"] if n == 1 else [f"cpu{i}" for i in range(n)]
 
@@ -295,9 +294,8 @@ def load_baseline(config: EvalConfig, hardware: HardwareInfo, path: Path) -> Bas
 
 
 def scratch_root(config: EvalConfig, min_free_gb: float = 8.0) -> Path:
-    """Where each invocation's scratch files (candidate outputs, reference outputs) go:
-    a RAM-backed /dev/shm when it has room (outputs of hundreds of MB per sample are
-    written and read back there, several times faster than a disk), else the cache."""
+    """Where each invocation's scratch files (candidate and reference outputs) go: a
+    RAM-backed /dev/shm when it has room, else the cache."""
     shm = Path("/dev/shm")
     try:
         st = os.statvfs(shm)

@@ -1,17 +1,12 @@
 """Whether a sample's outputs go to the reference server on the GPU (kb_eval/eval/wire/
 device.py) or through files, and the buffers' life from the parent's side.
 
-On a GPU, when the memory plan leaves room: one buffer per checked call (correctness
-trials, re-checked timed calls, shape probe), held by the server while the child runs and
-freed after the comparison. Room means the buffers, the child and the server's own work
-fit together: the buffers plus twice the reference's footprint (the child's inputs,
-outputs and temporaries) within 80 % of what the device offers idle, and the buffers plus
-the float64 truth's need within 90 % (the server computes it with the buffers still
-held). A KernelBench v0.2 elementwise problem (6.4 GB in, 6.4 GB out) takes four buffers,
-25.8 GB, on an 80 GB GPU. Where fewer fit, the first checked calls get buffers and the
-child writes files for the rest (child/worker.py save_outputs); on a CPU, files. Fewer
-fit by the plan, or by what the server finds free when it allocates them (it then gives
-back what it keeps first, and hands over as many as fit, at least MIN_SLOTS).
+On a GPU, when the memory plan leaves room: one buffer per checked call, held by the
+server while the child runs and freed after the comparison. Room means the buffers plus
+twice the reference's footprint within 80 % of what the device offers idle, and the
+buffers plus the float64 truth's need within 90 %. Where fewer fit (by the plan, or when
+the server allocates them), the first checked calls get buffers and the child writes files
+for the rest, if at least MIN_SLOTS fit; on a CPU, files.
 """
 
 from __future__ import annotations
@@ -28,9 +23,7 @@ from kb_eval.eval.schedule.context import EvalContext, is_cpu
 from kb_eval.eval.wire.device import MAX_SLOTS, slot_size
 
 MIN_OUT_BYTES = 1 << 20  # below this a file in /dev/shm costs about what a server call does
-# Fewer buffers than this are not worth a sample's export; two already spare most of a
-# large problem's file traffic (docs/PERFORMANCE.md).
-MIN_SLOTS = 2
+MIN_SLOTS = 2  # fewer buffers are not worth a sample's export
 
 
 @dataclass

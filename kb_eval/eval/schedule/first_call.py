@@ -1,26 +1,12 @@
 """Lazy compiles moved into the build pool: one call of the candidate on meta tensors.
 
-Some generated candidates call `load_inline` inside `__init__` or on their first
-`forward`, not at import. The build child (import only) then compiles nothing, and the
-compile runs in the run child, on the device lane, for about a minute each with the GPU
-idle (docs/PERFORMANCE.md, "First-call compiles in the build pool").
-
-So after a build, a source that calls a compiler inside a function gets a second build
-child (same sandbox: no GPU visible, niced, off the timing cores, memory-capped) that
-builds the model and calls it once on meta-device inputs: shapes without memory, no
-kernel runs. The compile it starts lands in the build's extensions folder, where the run
-child's `load_inline` finds it up to date. What the call does after that is ignored (a
-meta tensor reaching a custom kernel raises, as expected), and so is its outcome: the
-run child still builds, checks and times everything as before, so a call that fails or
-times out here changes no verdict, only where the compile time is spent.
-
-Candidates often guard the compile: `if torch.cuda.is_available(): self.op =
-load_inline(...)`, false where the GPU is hidden. So while the candidate's code runs here
-it is told a GPU is there (`gpu_in_sight`), and torch's build code the truth. A source
-whose compile sits under such a condition at import also gets this call.
-
-This is the parent's side (which sources, the payload); the child's, where the
-candidate runs, is kb_eval/eval/child/first_call_task.py.
+A candidate that calls `load_inline` inside `__init__` or `forward` would compile on the
+device lane with the GPU idle. So after a build, such a source (or one whose compile sits
+under a condition at import) gets a second build child, in the same sandbox, that builds
+the model and calls it once on meta-device inputs; the compile lands in the build's
+folder, where the run child finds it up to date. The call's outcome is ignored: it changes
+no verdict, only where the compile time is spent. This is the parent's side; the child's
+is child/first_call_task.py.
 """
 
 from __future__ import annotations

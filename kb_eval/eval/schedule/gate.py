@@ -1,11 +1,10 @@
 """The verdict gate: a wrong answer is judged before its timing step, not after it.
 
 The candidate's child (child/gate.py) saves its correctness outputs, then asks before it
-times; this thread, in the parent, has the reference server compare those outputs and
-answers `skip` when any is wrong, else `go`. A skipped sample's verdict is the one its
-outputs earn anyway (the same comparisons, kept for its record: `checked`), without a
-timing step that would have held the device alone for nothing. Only where the outputs
-go through files: buffers handed over on the device are read once, after the child.
+times; this thread has the reference server compare them and answers `skip` when any is
+wrong, else `go`. A skipped sample gets the verdict its outputs earn anyway (`checked`),
+without a timing step that holds the device alone for nothing. Only where the outputs go
+through files: device buffers are read once, after the child.
 """
 
 from __future__ import annotations

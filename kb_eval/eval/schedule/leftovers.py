@@ -1,20 +1,12 @@
 """What a run killed outright leaves behind, cleared when the next run starts.
 
-A run ended by SIGKILL (a benchmark's timeout, the OOM killer, a lost session) never
-reaches the exit handlers that end its children and remove its scratch. It leaves:
-- sandbox children, a candidate among them stopped (SIGSTOP) for its paired timing's
-  reference rounds, which stays stopped for ever with its device memory held;
-- its candidates' output files in /dev/shm (gigabytes a sample for large problems) and
-  its invocation folder (reference outputs, locks).
-The next run's memory plans then find the device short and its output files go to disk.
-A run started right after one killed that way was several times slower
-(docs/PERFORMANCE.md; likely this cause, not shown).
-
-So a pool, as it starts, ends this user's sandbox processes whose evaluator is gone
-(isolation.end_orphans_of_dead_runs: each child carries its evaluator's pid and start
-time), removes the /dev/shm output folders of pools that are gone, and removes the
-invocation folders that a dead evaluator of this machine marked as its own (`owner`): a
-Ray lane's copy of a run's folder on another node carries no mark and is left alone.
+A run ended by SIGKILL never reaches the exit handlers that end its children and remove
+its scratch: sandbox children (one maybe stopped for paired rounds, holding device
+memory), output files in /dev/shm and its invocation folder stay, and the next run finds
+the device and /dev/shm short. So a pool, as it starts, ends this user's sandbox processes
+whose evaluator is gone (isolation.end_orphans_of_dead_runs), removes the /dev/shm folders
+of pools that are gone, and the invocation folders a dead evaluator of this machine marked
+as its own (`owner`; a Ray lane's copy on another node carries no mark).
 """
 
 from __future__ import annotations
@@ -36,7 +28,7 @@ def clear_leftovers(invocation_dir: Path) -> list[int]:
     process's. Returns the pids of the processes ended."""
     ended = end_orphans_of_dead_runs()
     remove_left_by_dead(SHM, RUN_SCRATCH)
-    # named kb_eval_<pid> before 2026-11-27 (never this user's scratch root, kb_eval_<uid>)
+    # older runs' folders: kb_eval_<pid> (never this user's scratch root, kb_eval_<uid>)
     remove_left_by_dead(SHM, "kb_eval_", keep=frozenset({f"kb_eval_{os.getuid()}"}))
     host = socket.gethostname()
     try:

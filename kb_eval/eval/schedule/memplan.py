@@ -56,9 +56,8 @@ def make_plan(sizes: dict, baseline_peak: int | None, mem_limit_mb: int | None) 
         plan.reason = (f"the reference needs {gib(need)} ({'inputs ' + gib(known[0])}, "
                        f"outputs {gib(known[1])}), {gib(free)} {where}")
     elif need is not None and free is not None:
-        # The float64 run of one label on top: the model widened in place (weights x
-        # 8/itemsize, the narrow copy freed as it goes) and its inputs, outputs and
-        # temporaries widened too; computed one label at a time and dropped.
+        # The float64 run of one label on top: the model, inputs, outputs and temporaries
+        # widened to 8 bytes an element.
         widen = 8 // max(1, int(sizes.get("itemsize") or 4))
         truth = need + widen * (need + (sizes.get("weights_bytes") or 0))
         if truth > free:
@@ -98,13 +97,9 @@ class IdleMemory:
 
 
 class KeptSizes:
-    """Each problem's sizes for the memory plan (the bytes of its inputs, outputs and
-    weights: memplan_server.plan_problem), kept in the cache across runs, by the
-    problem's code, the precision and the toolchain. They come from a forward on the
-    meta device, whose first op imports torch._dynamo: a run whose problems were all
-    planned before starts judging without waiting for that. Sizes that did not come out
-    whole (an op without a meta kernel, a forward over its time bound) are not kept. Like
-    the build cache, trusted across runs (docs/GUARANTEES.md): a file that does not read
+    """Each problem's sizes for the memory plan (memplan_server.plan_problem), kept in the
+    cache across runs by the problem's code, the precision and the toolchain, so a later
+    run skips the meta forward. Incomplete sizes are not kept; a file that does not read
     back as sizes is ignored."""
 
     FIELDS = ("in_bytes", "out_bytes", "weights_bytes", "itemsize")

@@ -1,11 +1,9 @@
 """The memory plan's side in the reference server (kb_eval/eval/judge/reference_worker.py).
 
 The sizes the plan needs (schedule/memplan.py), taken without allocating anything of the
-problem's size; and the server's own footprint, which is part of the harness's (the memory
-plan in docs/GUARANTEES.md): the reference outputs it keeps between samples, bounded;
-what it gives back after a call, since a candidate runs next on the same GPU and must
-find the memory a user would expect free; one retry of a call that ran out of memory; and
-the peak a forward took, for the plan of later runs.
+problem's size; and the server's own footprint: the reference outputs it keeps, bounded;
+what it gives back after a call, so a candidate running next finds the memory a user would
+expect free; one retry of a call that ran out of memory; and a forward's peak.
 """
 
 from __future__ import annotations
@@ -24,13 +22,10 @@ from kb_eval.harness import load_problem
 from kb_eval.inputs import make_init_inputs, make_inputs, precision_dtype
 from kb_eval.work import bounded
 
-# Reference outputs kept on a GPU between samples: at most this share of its memory
-# (3 % is 2.4 GB of an 80 GB GPU).
-KEEP_SHARE = 0.03
+KEEP_SHARE = 0.03  # of a GPU's memory, at most, for reference outputs kept between samples
 RELEASE_SLACK = 1 << 30  # cached allocator blocks beyond what is kept: returned after a call
-# A forward on the meta device past this bound leaves the outputs' size unknown, as for
-# an op with no meta support at all (an op without a meta kernel runs decomposed, op by
-# op in Python: seconds for a deep LSTM, where others take milliseconds).
+# A forward on the meta device past this bound leaves the outputs' size unknown (an op
+# without a meta kernel runs decomposed in Python: seconds for a deep LSTM).
 META_FORWARD_MAX_S = 2.0
 
 
@@ -78,10 +73,8 @@ def note_peak(p: Problem, device: torch.device, before: int) -> None:
 
 
 def release(device: torch.device, force: bool = False) -> None:
-    """Give the device back what this process does not keep: cached allocator blocks
-    beyond the kept outputs go back to the driver (a few ms; skipped when small). A full
-    collection only when forced (a retry after an OOM): what a call drew is freed by
-    reference counting, and the cache holds only blocks nothing uses."""
+    """Give the device back cached allocator blocks beyond the kept outputs (skipped when
+    small); a full collection only when forced (a retry after an OOM)."""
     if device.type != "cuda":
         return
     kept = sum(p.bytes for p in LOADED.values())
@@ -93,11 +86,9 @@ def release(device: torch.device, force: bool = False) -> None:
 
 def plan_problem(payload: PlanRequest, device: torch.device) -> dict:
     """What the memory plan needs, allocating nothing of the problem's size: the bytes of
-    its inputs and outputs (from `get_inputs` and a forward on the meta device, where
-    tensors have shapes but no memory; or `payload.sizes`, kept from an earlier run:
-    memplan.KeptSizes), its weights, and what the device offers once this process has
-    released what it does not keep. Everything kept dropped first when asked (`drop`: a
-    retry after a candidate ran out of memory)."""
+    its inputs, outputs and weights (from the meta device, or `payload.sizes` kept from an
+    earlier run), and what the device offers once this process released what it does not
+    keep. `payload.drop`: drop everything kept first (a retry after an OOM)."""
     if payload.drop:
         LOADED.clear()
     release(device, force=payload.drop)
@@ -133,10 +124,8 @@ def _problem_sizes(payload: PlanRequest, device: torch.device) -> dict:
 
 @functools.cache
 def _meta_ready() -> None:
-    """The meta device's first op imports its Python kernels and, through them,
-    torch._dynamo (seconds): done before the bounded forward, so that the bound times the
-    forward alone. Paid by the first plan whose sizes were not kept (memplan.KeptSizes),
-    not at the server's start: a run whose problems were all planned before never pays it."""
+    """The meta device's first op imports torch._dynamo (seconds): done before the bounded
+    forward, so that the bound times the forward alone; only when sizes were not kept."""
     torch.ones(2, device="meta").add(1)
 
 

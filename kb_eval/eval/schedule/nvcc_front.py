@@ -1,39 +1,20 @@
 """A CUDA compiler front for build children: a .cu against a lean torch/extension.h first.
 
-`load_inline` compiles a candidate's CUDA source with nvcc, and nearly every candidate
-starts it with `#include <torch/extension.h>`: torch's whole C++ frontend (torch/all.h:
-nn, optim, data, serialization) and its Python bindings (pybind11, Python.h). nvcc reads
-all of that three times (cudafe++ for the host side, cicc for the device side, then GCC
-compiles the host side), and it has no precompiled headers. Kernels and their launchers
-need far less, so this front compiles such a .cu with a folder first on the include path
-where those headers are smaller, trying two tiers in turn:
+nvcc reads torch/extension.h (all of torch's C++ frontend and Python bindings) three
+times per compile and has no precompiled headers. Kernels need far less, so a .cu is
+compiled with a folder of smaller headers first on the include path, in two tiers:
 
-- "lean", in place of torch/extension.h, torch/torch.h and torch/types.h (which
-  load_inline puts first in every CUDA source): the Tensor class (all its methods),
-  AT_DISPATCH, the factories kernels allocate with (empty, zeros, ones, full and their
-  _like, empty_strided), `torch::` as a name for `at::`, and the dtype names kernels
-  write (torch::kFloat32...).
-- "slim", in place of torch/extension.h and torch/torch.h: `torch/types.h`, the whole
-  tensor API.
+- "lean", for torch/extension.h, torch/torch.h and torch/types.h: the Tensor class,
+  AT_DISPATCH, the allocating factories, `torch::` as a name for `at::`, dtype names.
+- "slim", for torch/extension.h and torch/torch.h: `torch/types.h`.
 
 then the real header. The first compile that succeeds is the build's; if all fail, the
-real compile's result and diagnostics are returned, never a tier's. Each smaller tier
-compiles a typical candidate's file in about half the time of the next, and a source the
-lean tier cannot compile costs little more, the lean try failing early
-(benchmarks/compile_cost.py; figures in docs/PERFORMANCE.md).
-
-Why a smaller header does not change what a source means: what the larger headers add
-lives under its own names (torch::nn, torch::optim, py::, at::cat, operators on tensors,
-...), so a source that uses any of it fails the smaller tier and moves on, while the
-overloads of one op are all declared in that op's header. One difference remains by
-design: in the lean tier `torch::empty_like` and the other factories are at::'s, which
-are torch::'s without the autograd wrapper: the same tensor, but options asking for
-`requires_grad(true)` are refused at run time; so a source that says `requires_grad`
-anywhere skips the lean tier (a tensor's own options() never carry it). Next to the
-object it writes `<object>.kb-header` ("lean", "slim" or "full"), which the build
-reports (BuildInfo.cuda_header). Everything else goes to the real nvcc unchanged, and so does
-every compile when `KB_PCH_BYPASS` is set (the builder's retry after a failure it blames
-on us). Run as a script: it imports nothing of kb_eval.
+real compile's result and diagnostics are returned. A smaller header does not change what
+a source means: what the larger ones add lives under its own names, so a source using it
+fails the smaller tier. The lean tier's factories are at::'s, which refuse
+`requires_grad(true)`, so a source saying `requires_grad` skips it. `<object>.kb-header`
+records the tier (BuildInfo.cuda_header). Anything else, and every compile under
+`KB_PCH_BYPASS`, goes to the real nvcc. Run as a script: it imports nothing of kb_eval.
 """
 
 from __future__ import annotations
@@ -60,9 +41,8 @@ LEAN = ("#pragma once\n" + _TAG.format("lean")
         + "".join(f"constexpr auto {a} = at::{b};\n" for a, b in LEAN_DTYPES.items())
         + "}  // namespace torch\n")
 SLIM = "#pragma once\n" + _TAG.format("slim") + "#include <torch/types.h>\n"
-# What each tier puts in place of which headers, tried in this order, then the real ones.
-# load_inline starts every CUDA source with `#include <torch/types.h>`, so the lean tier
-# must stand in for that one too; the slim tier only helps a source that includes more.
+# What each tier puts in place of which headers, tried in this order, then the real ones
+# (load_inline starts every CUDA source with `#include <torch/types.h>`).
 TIERS = {"lean": {h: LEAN for h in ("torch/extension.h", "torch/torch.h", "torch/types.h")},
          "slim": {h: SLIM for h in ("torch/extension.h", "torch/torch.h")}}
 # A tier is skipped for a source containing its word: the lean tier's factories refuse
@@ -75,9 +55,8 @@ _INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.MULTILINE)
 
 def install(folder: Path, real_nvcc: str) -> dict[str, str]:
     """Write the front script and each tier's headers into `folder`; return the
-    environment that selects them (torch's cpp_extension runs `PYTORCH_NVCC` for CUDA
-    files). Files are rewritten only when they differ: a tier header's new date would
-    make ninja compile every cached build again when the run child loads it."""
+    environment that selects them. Files are rewritten only when they differ (a new date
+    would make ninja rebuild every cached build)."""
     from kb_eval.eval.schedule.pch import front_script, write_if_changed  # the parent's
 
     script = folder / "bin" / "kb-nvcc"
@@ -90,9 +69,8 @@ def install(folder: Path, real_nvcc: str) -> dict[str, str]:
 
 
 def real_nvcc() -> str | None:
-    """The nvcc command torch's cpp_extension would run (a user's PYTORCH_NVCC, e.g. with
-    ccache, else CUDA_HOME's), or None when there is none. In the parent only: it
-    imports torch."""
+    """The nvcc command torch's cpp_extension would run (a user's PYTORCH_NVCC, else
+    CUDA_HOME's), or None. Parent only: it imports torch."""
     given = os.environ.get("PYTORCH_NVCC")
     if given and Path(shlex.split(given)[0]).name == "kb-nvcc":
         return os.environ.get("KB_NVCC_REAL")  # a run inside one of ours: not the front twice

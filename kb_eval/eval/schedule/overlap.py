@@ -1,38 +1,20 @@
 """Several candidate children per device, and the time budgets that keep one from holding
 its lane.
 
-A device runs up to `lane_depth` samples at once; their children start, load, compile and
-run correctness side by side, and the device's timing lock (kb_eval/devlock.py) makes each
-timing step run alone. `DeviceSlots` also keeps them within the device's memory (`Charge`):
-each child is charged three times its reference's footprint (inputs and outputs, the
-next call's inputs drawn beside them, what it stages) and its output buffers, and the
-reference server, which works for one sample at a time, the most any sample in flight
-needs of it (three footprints for its paired rounds, or the float64 truth's need). The
-charges in flight never add up to more than the plan's free memory; a sample too large
-for that runs alone. (Children of large problems peak at three footprints; three of them
-at once, each charged as if it held the server's share too, once left the server's
-paired rounds out of memory: docs/PERFORMANCE.md.) Samples
-start in the order they came, except that a later one may pass a waiting one that does
-not fit yet when that cannot make it wait longer than for the samples already running
-(`DeviceSlots._may_start`), so a large problem that waits for room does not keep small
-ones from running beside the samples it waits for. A sample whose child has finished its
-timing step gives its place back (`Slot.timed`) and keeps only its memory charge: its
-child's last steps (re-checks, shape probe) wait for the device's next shared turn, and
-before this the next sample's child could not start until they were done, leaving a
-place idle (docs/PERFORMANCE.md). A child that
-compiles a build of the candidate's own (child/compiles.py) holds no place meanwhile
-(`Slot.compiling`): its compile is CPU work, and the next sample starts beside it. It
-takes no place back when its compile ends, so a lane may briefly run more than its depth
-of children; its memory charge stays all along.
+A device runs up to `lane_depth` samples at once; the device's timing lock
+(kb_eval/devlock.py) makes each timing step run alone. `DeviceSlots` keeps the samples
+within the device's memory (`Charge`): each child is charged three reference footprints
+plus its output buffers, and the reference server, serving one sample at a time, the most
+any sample needs of it. A sample too large to fit beside others runs alone. Samples start
+in order, but a later one may pass a waiting one that does not fit yet when that cannot
+delay it (`DeviceSlots._may_start`). A sample past its timing step (`Slot.timed`) or
+compiling its own build (`Slot.compiling`) gives its place back and keeps its charge.
 
-`Budgets` reads where the child says it is (its `progress` file, child/worker.py `mark`),
-tells the sample when the child has left its timing step, and names the budget it
-overran: the load budget for the candidate's import, init and first call, the per-call
-budget for each later call (the timing step: per call it makes). Waiting for the timing
-lock is not charged; a compile is charged to the step it interrupts, and a step resumed
-after a wait or a compile goes on with its budget. The child writes that file itself,
-so a candidate could lie about its progress: the budgets are for throughput, and the run
-timeout stays the hard limit.
+`Budgets` reads where the child says it is (its `progress` file, child/worker.py `mark`)
+and names the budget it overran: load (import, init, first call), per-call, timing.
+Waiting for the timing lock is not charged; a compile is charged to the step it
+interrupts. A candidate could lie in that file: the budgets are for throughput, and the
+run timeout stays the hard limit.
 """
 
 from __future__ import annotations
@@ -50,8 +32,8 @@ from kb_eval.eval.config import EvalConfig
 
 PROGRESS = "progress"
 CHILD_FOOTPRINT = 3  # a child in flight, in reference footprints (module docstring)
-# Samples a device's lanes hold planned and waiting beside those in flight, so a later one
-# can pass one waiting for room (two do about as well as many: docs/PERFORMANCE.md).
+# Samples a device's lanes hold waiting beside those in flight, so a later one can pass
+# one waiting for room.
 WAITING_LANES = 2
 
 
@@ -148,8 +130,7 @@ class DeviceSlots:
 
     def _fits(self, s: "_Sample") -> bool:
         """Whether `s` fits beside the samples running (one of unknown size: the depth
-        alone limits it, so every child alive but a compiling one counts, those past their
-        timing too)."""
+        alone limits it, counting every child alive but a compiling one)."""
         running = list(self.running.values())
         alive = [r for r in running if not r.compiling]
         if len(self._in_flight() if s.charge.free else alive) >= self.depth:
@@ -203,9 +184,8 @@ class Slot:
 
     def compiling(self, on: bool) -> None:
         """The sample's child started (on) or ended a compile of the candidate's own: its
-        place goes to the next sample meanwhile (any size: the depth alone limits the
-        children alive, and a compiler's memory is the host's), its charge stays. Ended,
-        it goes on without waiting for a place."""
+        place goes to the next sample meanwhile, its charge stays; ended, it goes on
+        without waiting for a place."""
         with self.slots.cond:
             self.sample.compiling = on
             self.slots.cond.notify_all()

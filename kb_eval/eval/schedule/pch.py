@@ -1,46 +1,25 @@
 """A C++ compiler front for build children: precompiles torch/extension.h once.
 
-Every load_inline extension compiles a `main.cpp` that starts with
-`#include <torch/extension.h>`: parsing that header is most of its ~25 s (2/3 of it
-measured on this project's CPU machine: 30.6 s plain, 10.1 s with a precompiled header).
-Build children get CXX pointing at a script that runs this file. For such a compile it
-looks for a precompiled header made with exactly the same flags (the compile's own
-arguments minus the extension's name, its input and outputs, plus the compiler binary
-and torch's headers), in `<KB_PCH_DIR>/<key>/torch/extension.h.gch`, and puts that folder
-first on the include path. GCC itself decides whether the header is valid for the compile
-and otherwise reads the real headers, so a PCH can make a build faster, never different.
+Parsing `#include <torch/extension.h>` is most of a load_inline compile. Build children
+get CXX pointing at a script that runs this file; for a compile of one source starting
+with that include, it puts first on the include path a folder
+`<KB_PCH_DIR>/<key>/` with a precompiled header made with the same flags, compiler and
+torch headers. GCC itself checks the header's validity, so a PCH can make a build faster,
+never different.
 
-A PCH folder holds three things, and is used only when all three are there and agree:
-`torch/extension.h.gch`; `torch/extension.h`, a copy of the real header, because GCC
-resolves a *second* `#include <torch/extension.h>` (most candidates write one) in the
-folder where it found the .gch, and fails with "No such file or directory" if the header
-is not there; and `complete.json`, written last, with the sizes of both. The folder is
-made in `<key>.tmp.<pid>` and renamed into place, so a kill (Ctrl-C, SIGKILL, a build
-timeout) leaves only a temporary folder, which the next maker removes; a folder without
-a valid marker (left by an older version, or damaged) is never used and is remade.
+A PCH folder is used only when complete: the .gch, a copy of the header (GCC resolves a
+second `#include <torch/extension.h>` in the .gch's folder) and `complete.json` with both
+sizes, written last. It is made aside (`<key>.tmp.<pid>`, under `<key>.lock`) and renamed
+into place, so a kill leaves only a temporary folder; other compiles go on without it.
 
-The first compile that finds none makes it (under a file lock `<key>.lock`, ~45 s) and
-others go on without it meanwhile.
+Two tiers, as in nvcc_front.py: first a slim torch/extension.h (SLIM, under its own key),
+then, on any failure, torch's header, whose result and diagnostics are the compile's.
+What the full header adds has names of its own (torch::nn, ...), so a source needing it
+fails the slim try rather than meaning something else. `KB_PCH_SLIM=0` skips the tier.
 
-Two tiers, as in nvcc_front.py: such a compile is tried first with a slim
-torch/extension.h (SLIM: torch/types.h and the Python bindings load_inline's module code
-uses, in `<KB_PCH_DIR>/slim/`, precompiled like torch's under its own key), then, if it
-fails for any reason, as before with torch's header, whose result and diagnostics are
-the compile's. main.cpp of a CUDA candidate (declarations and the module) and most C++
-candidates need no more; what the full header adds has names of its own (torch::nn,
-torch::optim, torch::python), so a source that uses it fails the slim try instead of
-meaning something else. The slim PCH compiles main.cpp faster than torch's
-(`benchmarks/compile_cost.py --cpp`, docs/PERFORMANCE.md): GCC still instantiates, in
-every compile, the templates the header's inline functions use, which is what a smaller
-header saves. `KB_PCH_SLIM=0` skips the slim tier.
-
-Anything else (linking, `-E`, version queries, other sources) goes straight to the real
-compiler (`KB_PCH_CXX`), and so does every compile when `KB_PCH_BYPASS` is set (the
-builder's retry after a failure it blames on us). Any trouble with the PCH itself means
-compiling without it, never failing. Torch's own
-`use_pch` writes into torch's install folder; this keeps everything inside our cache.
-Run as a script: it imports nothing of kb_eval, so each compile pays only a bare Python
-start.
+Anything else goes straight to the real compiler (`KB_PCH_CXX`), as does every compile
+under `KB_PCH_BYPASS`; any PCH trouble means compiling without it. Run as a script that
+imports nothing of kb_eval, so each compile pays only a bare Python start.
 """
 
 from __future__ import annotations
@@ -56,9 +35,8 @@ from pathlib import Path
 
 HEADER = "torch/extension.h"
 GCH = HEADER + ".gch"
-# The slim tier's torch/extension.h: the tensor API and the Python bindings that
-# load_inline's generated module code needs (pybind11, wrap_pybind_function), without
-# torch/all.h (nn, optim, data, serialization) and torch/python.h (module bindings).
+# The slim tier's torch/extension.h: the tensor API and the bindings load_inline's module
+# code needs, without torch/all.h (nn, optim, ...) and torch/python.h.
 SLIM = ("#pragma once\n// kb_eval's slim header (kb_eval/eval/schedule/pch.py)\n"
         "#include <torch/types.h>\n#include <torch/csrc/utils/pybind.h>\n"
         "#include <torch/csrc/Exceptions.h>\n")
@@ -80,9 +58,7 @@ def install(folder: Path, real_cxx: str) -> dict[str, str]:
     return {"CXX": str(script), "KB_PCH_CXX": real_cxx, "KB_PCH_DIR": str(folder)}
 
 
-# What the compiler is asked that is no compile: torch's load_inline asks the version in
-# every run child (get_compiler_abi_compatibility_and_version), and through a Python start
-# that took tens of ms of each child's load, the device held shared (docs/PERFORMANCE.md).
+# Version queries (load_inline asks in every run child) skip the Python start.
 VERSION_QUERIES = ("-dumpfullversion -dumpversion", "-dumpversion", "-dumpfullversion",
                    "--version", "-v")
 
@@ -151,9 +127,8 @@ def header_path(flags: list[str]) -> Path | None:
 
 
 def pch_key(real: str, flags: list[str], header: Path, text: str = "") -> str:
-    """Flags, compiler binary and torch's headers (and `text`, the header precompiled when
-    it is ours: by content, since each cache writes its own copy): GCC does not check
-    the headers' dates, so a reinstalled torch must give another key."""
+    """Key of flags, compiler binary, torch's headers' sizes and dates (GCC does not
+    check them) and `text`, our own header's content."""
     compiler = shutil.which(real) or real
     parts = [os.path.realpath(compiler), *flags, *([text] if text else [])]
     for path in (Path(compiler), header, header.parent / "version.h"):
@@ -167,8 +142,7 @@ def pch_key(real: str, flags: list[str], header: Path, text: str = "") -> str:
 
 # ------------------------------------------------------------------ a PCH folder
 def is_complete(folder: Path) -> bool:
-    """All three parts there, the .gch and the header as long as the marker says: a
-    folder that fails this is never put on an include path (GCC would fail on it)."""
+    """All three parts there, the .gch and the header as long as the marker says."""
     try:
         marker = json.loads((folder / COMPLETE).read_text())
         return ((folder / GCH).stat().st_size == marker["gch_size"] > 0
@@ -235,10 +209,9 @@ def _remove_leftovers(root: Path, key: str) -> None:
 
 
 def activity_since(root: Path, since: float) -> bool:
-    """Whether a PCH was being made or finished at or after `since` (time.time()): a
-    build that timed out meanwhile may have spent its time on it, or competed with it for
-    the CPU. A temporary folder counts if made since then or if its maker still runs (a
-    killed maker's leftovers say nothing about later builds)."""
+    """Whether a PCH was being made or finished at or after `since` (time.time()), so a
+    build that timed out meanwhile is not blamed. A temporary folder counts if made since
+    then or if its maker still runs."""
     since -= 1.0  # file times come from a coarser clock than time.time()
     try:
         for tmp in root.glob("*.tmp.*"):

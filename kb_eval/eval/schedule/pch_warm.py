@@ -2,15 +2,11 @@
 
 A candidate's build may read the precompiled headers (pch.py) but not write them: every
 later build includes them, so a build that could write them could change what others
-compile. So each builder (one per run) makes the slim tier's header itself, in its first
-build worker before that worker's first build, from a source of ours: the first time by building it in a child that may
-write the headers' folder (the compiler front makes the header with the flags torch
-gives that build), later by asking the front's own `ensure_pch` for those flags, which
-remakes a header that is missing or damaged and costs nothing when it is whole.
-The other workers' builds meanwhile compile without it, as before. torch's whole header (the
-tier a source needs when it uses torch::nn and the like) is not made: such a source
-compiles without a precompiled header (unless the slim tier is off, KB_PCH_SLIM=0: then
-torch's is the one made).
+compile. So each builder makes the slim tier's header itself, in its first build worker,
+from a source of ours: the first time by building it in a child that may write the
+headers' folder, later by asking the front's `ensure_pch` for the same flags (which
+remakes a missing or damaged header). Other builds meanwhile compile without it. Torch's
+full header is made only with the slim tier off (KB_PCH_SLIM=0).
 """
 
 from __future__ import annotations

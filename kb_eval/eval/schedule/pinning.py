@@ -1,14 +1,11 @@
 """One CPU core for both sides of a paired timing, on a GPU.
 
-A network of small kernels (KernelBench level 3) is launch-bound: its time is how fast the
-host enqueues kernels, not how fast the GPU runs them. The same model enqueued in two
-processes, each on its own core, differed by up to a third between processes (see
-docs/GUARANTEES.md), enough to call a copy of the reference significantly
-faster than itself. So the pairing pins the launching (main) thread of the candidate's
-child and of the reference server to the same core for the timing step, and asserts it
-again before every round: either process may have moved meanwhile (candidate code can
-call sched_setaffinity on itself or on the server). Only the main thread: the candidate's
-and torch's other threads keep every core. The server gets its mask back afterwards.
+A launch-bound model's time is how fast the host enqueues kernels, and two processes on
+different cores differed by up to a third: enough to call a copy of the reference faster
+than itself. So the pairing pins the main threads of the candidate's child and of the
+reference server to the same core for the timing step, and asserts it again before every
+round (candidate code can call sched_setaffinity). Other threads keep every core; the
+server gets its mask back afterwards.
 """
 
 from __future__ import annotations
@@ -45,13 +42,9 @@ def timing_core(device: str) -> int | None:
 
 def untimed_cores(devices: list[str]) -> set[int] | None:
     """The cores for everything but a timing step: all but the GPUs' timing cores. Builds
-    and every device child (candidate children, their spares and zygote, the reference
-    servers) start on these, so nothing preempts a timing thread: builds of other
-    candidates once preempted a side-stream cheat's device-wide waits (a
-    preempted wait proves nothing), and with several children per GPU a neighbour's
-    correctness work could land on the core being timed. The pairing moves the timed
-    child's and the server's main threads onto the timing core for the timing step.
-    None on a CPU run, with pinning off, or where too few cores would be left."""
+    and every device child start on these, so nothing preempts a timing thread (a
+    preempted device-wide wait proves nothing). None on a CPU run, with pinning off, or
+    where too few cores would be left."""
     timing = {core_for(d) for d in devices} - {None}
     cores = set(os.sched_getaffinity(0))
     if not timing or len(cores - timing) < 1:

@@ -11,12 +11,10 @@
     results() ◄─────────────────── done queue
 
 Devices never wait on a compiler: a sample reaches the ready queue only once built, and
-builds of later samples go on while devices evaluate. Every candidate's child is fresh,
-so a child that hit a CUDA error is never reused (the reference server runs no candidate
-code and is replaced after any failure). Builds run niced, so they never slow a device. A bug of ours in one sample becomes
-that sample's `eval_error` record; the run goes on. What a lane does with one sample is
-lane.py; the same picture on a Ray cluster (builds as Ray tasks, each lane a Ray actor
-calling lane.py) is ray_executor.py, picked by `make_pool`.
+builds (niced) go on while devices evaluate. Every candidate's child is fresh; the
+reference server runs no candidate code and is replaced after any failure. A bug of ours
+in one sample becomes that sample's `eval_error` record. What a lane does with a sample is
+lane.py; the same picture on a Ray cluster is ray_executor.py, picked by `make_pool`.
 """
 
 from __future__ import annotations

@@ -9,22 +9,17 @@
                                               then its own trusted reference server
     results() ◄── done queue ◄── the record, back from the actor
 
-The driver (this process) keeps the run's secret, hands each lane only the derived seed of
-the problem it judges (ray_lane.ProblemFacts), and alone writes results.json (api.py's
-RunWriter, as locally).
+The driver keeps the run's secret, hands each lane only the derived seed of the problem it
+judges (ray_lane.ProblemFacts), and alone writes results.json.
 
-The build cache is shared through a path (--cache-dir) that every node sees at the same
-place, not shipped as bytes: a run child's load_inline re-runs ninja on the build folder,
-whose files name absolute paths and are judged by their times, the precompiled header is
-hundreds of MB and shared by every C++ build, and a path keeps one build per source
-cluster-wide and across runs. A node that does not see the driver's marker file in the
-cache refuses to work (ray_lane.shared_cache_error).
+The build cache is shared through a path (--cache-dir) every node sees at the same place:
+ninja's files name absolute paths, and one build per source holds cluster-wide. A node
+that does not see the driver's marker file there refuses to work
+(ray_lane.shared_cache_error).
 
-Faults: a lane that dies mid-sample (ray.kill, its node gone) has its sample queued again
-for any lane, with a note on the record (`requeued`); a new lane takes the dead one's place.
-A sample whose lane dies twice is `eval_error` (a candidate that kills its lane, say, ends
-there, not in a loop). When no lane is left, the run stops with one line; `--resume`
-continues it, as after the driver itself dies.
+A lane that dies mid-sample has its sample queued again (`requeued` on the record) and is
+replaced; a sample whose lane dies twice is `eval_error`. When no lane is left, the run
+stops with one line; `--resume` continues it.
 """
 
 from __future__ import annotations
@@ -68,9 +63,7 @@ class RayPool(RecordStream):
         self.owns_ray = connect(ctx.config.ray_address)
         self.token = secrets.token_hex(4)
         self.spec = self._spec()
-        # A build task takes 1/BUILDS_PER_CORE of a CPU: a node runs as many builds at
-        # once as a local run there (default_jobs); with 1 CPU each, a cold run took
-        # longer (docs/PERFORMANCE.md).
+        # A build task takes 1/BUILDS_PER_CORE of a CPU: as many builds as a local run.
         cpus = ray.cluster_resources().get("CPU", 1)
         self.builds = ThreadPoolExecutor(max(ctx.config.jobs, int(cpus * BUILDS_PER_CORE)),
                                          thread_name_prefix="kb-ray-build")

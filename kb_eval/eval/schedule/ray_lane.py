@@ -1,20 +1,15 @@
 """What `--executor ray` runs in Ray's worker processes (trusted: our code only; candidate
 code still runs only in fresh children, as locally):
 
-- `build_on_node`, a Ray task: one source built by the same Builder as the local pool,
-  into the build cache under --cache-dir, which every node must see at the same path;
-- `Lane`, a Ray actor: one device lane (a GPU, or a node's CPU with the cpp backend) with
-  its own reference server, judging each sample with lane.py, the local lanes' code.
+- `build_on_node`, a Ray task: one source built by the local pool's Builder into the
+  shared build cache;
+- `Lane`, a Ray actor: one device lane with its own reference server, judging each
+  sample with lane.py.
 
-The driver keeps the run's secret. A lane gets, with each sample, only that problem's
-derived seed (the one its candidate child gets anyway) and the baseline figures the
-verdict needs (`ProblemFacts`), so `LaneContext` answers from those instead.
-
-A lane killed with SIGKILL (ray.kill, a node's OOM killer) leaves its children with no
-watcher: no timeout, no memory limit. Every child a lane starts carries its evaluator's
-tag (pid and start time: isolation's OWNER, as every sandbox child does), and each lane
-starting on a node first kills the process groups of children whose evaluator is gone
-(`isolation.procs.end_orphans_of_dead_runs`).
+The driver keeps the run's secret: a lane gets with each sample only that problem's
+derived seed and baseline figures (`ProblemFacts`). A lane killed outright leaves its
+children unwatched, so each lane starting on a node first kills the children whose
+evaluator is gone (`isolation.procs.end_orphans_of_dead_runs`).
 """
 
 from __future__ import annotations
@@ -39,10 +34,8 @@ from kb_eval.timing import TimingStats
 # Ray's variables that would hand a candidate child the cluster (address, credentials):
 # dropped from a lane's environment, which its children inherit.
 RAY_SECRETS = ("RAY_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
-# What Ray sets in its workers' environment that a local run's children do not see: one
-# OpenMP thread (a lane actor asks for no CPU), inherited by the candidates' children
-# and the reference server, whose CPU-side torch ops then ran on one thread where a
-# local run uses every core (on the cpp backend, the timed calls themselves).
+# What Ray sets in its workers' environment that a local run's children do not see (one
+# OpenMP thread, which would slow the children's CPU-side ops).
 RAY_SETS = ("OMP_NUM_THREADS",)
 
 
@@ -105,8 +98,7 @@ def build_on_node(spec: dict, source: str, workdir: str,
         raise RuntimeError(why)
     adopt_driver_env(spec["driver_env"])
     cfg = spec["config"]
-    # No spares: each of a node's Ray workers would keep its own two, torch imports that
-    # sit idle beside the compilers (docs/PERFORMANCE.md).
+    # No spares: each Ray worker would keep its own idle torch imports beside the compilers.
     builder = Builder(root=cfg.cache_dir / "builds", fingerprint=spec["fingerprint"],
                       env=spec["build_env"], timeout_s=cfg.build_timeout_s,
                       mem_limit_mb=cfg.mem_limit_mb, spares=False, warm_pch=False)

@@ -1,14 +1,11 @@
 """Processes that outlive their sandbox child without its marker.
 
-kb_eval.isolation makes this process a child subreaper: every orphaned descendant of a
-sandbox child re-parents to us, and isolation kills those that carry the sandbox marker
-(KB_EVAL_SANDBOX=1) in their environment. A descendant that exec'ed with a clean
-environment and left its session escapes that test. `sweep_escapees` ends them too: a
-direct child of this process that isolation does not know (not running, not a spare), in
-a session other than ours (our own short-lived helpers, e.g. compiler version probes,
-stay in our session; every sandbox child gets a session of its own, as do escapees), and
-older than `min_age_s` (so a child another thread is just starting is never taken for
-one). Run after each candidate child, and with no age limit when the pool closes.
+This process is a child subreaper, and isolation kills orphans that carry the sandbox
+marker (KB_EVAL_SANDBOX=1). A descendant that exec'ed with a clean environment and left
+its session escapes that test. `sweep_escapees` ends them too: a direct child isolation
+does not know, in a session other than ours (our own helpers stay in ours), older than
+`min_age_s` (not one another thread is just starting). Run after each candidate child,
+and with no age limit when the pool closes.
 """
 
 from __future__ import annotations

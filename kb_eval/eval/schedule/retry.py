@@ -60,10 +60,9 @@ def _evaluate_planned(ctx: EvalContext, refs: ReferenceStore, task: SampleTask,
         return finish(retry, task)  # the candidate's own verdict
     if _setup_failure(retry) and _control_sets_up(ctx, refs, task, device):
         if _setup_oom(retry):
-            # Device memory is shared with the server and the neighbours: short when the
-            # candidate set up, enough when the control did just now (seen in a level-1
-            # sweep: docs/PERFORMANCE.md). One more try in
-            # the room the control found; failing setup again there is the candidate's.
+            # Memory shared with the server and neighbours may have been short for the
+            # candidate and enough for the control: one more try in the room the control
+            # found; failing setup again there is the candidate's.
             retry = evaluate_once(ctx, refs, task, device)
             retry.retried = why
         return finish(retry, task)  # the reference copy got past setup: the candidate's
@@ -104,7 +103,7 @@ def harness_suspect(record: SampleRecord) -> str | None:
         return f"{record.status}: {record.error}"
     if "No space left on device" in (record.error or "") + (record.detail or ""):
         return f"our scratch space ran out: {record.error}"
-    if record.crash is not None and record.crash.phase == "setup":
+    if _setup_failure(record):
         return f"the child failed before the candidate's code loaded: {record.error}"
     if record.status == "reference_error" and (
             record.crash is not None or "OutOfMemoryError" in (record.error or "")):
