@@ -1,8 +1,7 @@
-"""The clocks the evaluator's child-side code reads, bound when this module is imported
-(before any candidate code loads). A candidate that replaces `time.perf_counter` and the
-like then changes only what its own code sees: our timers, waits and budgets keep the
-real clocks, and the replacement is reported by the integrity check (eval/child/
-integrity.py), instead of, e.g., stretching a 30 ms GPU spin-up into 30 s."""
+"""The clocks the evaluator's child-side code reads, bound at import (before any candidate
+code loads). A candidate that replaces `time.perf_counter` and the like changes only what
+its own code sees: our timers, waits and budgets keep the real clocks, and the integrity
+check (eval/child/integrity.py) reports the replacement."""
 
 from time import (CLOCK_PROCESS_CPUTIME_ID, clock_gettime_ns, monotonic, perf_counter,
                   perf_counter_ns, sleep, thread_time_ns)

@@ -1,26 +1,21 @@
 """The per-device timing lock: several candidate children may work on one device at once,
 but a timed region runs alone.
 
-A reader/writer lock across processes, made of two `flock` files next to each other:
-- work on the device that is not timed (a child's setup, load and correctness calls; a
-  reference-server call that times nothing) holds `<path>` shared;
-- a timed region (a candidate's timing step; a reference call that times the reference)
-  holds `<path>` exclusive, so it starts only once every other holder let go, and nothing
-  new starts on the device until it ends;
-- `<path>.gate` makes waiting writers win: a reader passes through it (takes it, then
-  lets go at once) before taking its share, and a writer holds it while it waits, so a
-  stream of new readers cannot keep a timed region waiting for ever.
+A reader/writer lock across processes, made of two `flock` files:
+- untimed work on the device (setup, load, correctness calls) holds `<path>` shared;
+- a timed region holds `<path>` exclusive, so it starts only once every other holder let
+  go, and nothing new starts on the device until it ends;
+- `<path>.gate` makes waiting writers win: a reader passes through it before taking its
+  share and a writer holds it while it waits, so readers cannot starve a timed region.
 
-`flock` locks belong to an open file and die with the process, so a child that crashes or
-is killed while holding one frees it. Several threads of one process each open the files
-themselves, so they exclude each other as separate processes would. The child's holds
-are cooperative (its candidate code shares the process): a candidate that drops them can
-only slow its neighbours' timings, never speed up its own, and one that holds them too
-long is stopped by the lane's time budgets.
+`flock` locks die with the process, so a child that crashes while holding one frees it;
+threads each open their own files, so they exclude each other like processes. The child's
+holds are cooperative (candidate code shares the process): a candidate that drops them
+can only slow its neighbours' timings, never speed up its own, and one that holds them
+too long is stopped by the lane's time budgets.
 
-With KB_EVAL_LOCK_TRACE naming a file, every hold's start and end is logged there (time,
-process, device, mode): `hold_shares` reads it back into how long each device was held
-alone, only shared, or not at all (benchmarks/eval_throughput.py prints it).
+With KB_EVAL_LOCK_TRACE naming a file, every hold's start and end is logged there;
+`hold_shares` and `timing_gaps` read it back.
 """
 
 from __future__ import annotations
@@ -51,8 +46,8 @@ class DeviceLock:
         return os.open(f"{self.path}{suffix}", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
 
     def acquire(self, mode: str) -> None:
-        """Take the lock `shared` or `exclusive` (dropping any hold of the other kind
-        first: going from shared to exclusive while holding would deadlock two such)."""
+        """Take the lock `shared` or `exclusive`, dropping any other hold first (upgrading
+        while holding would deadlock two such)."""
         if self.path is None or self._mode == mode:
             return
         self.release()
@@ -69,9 +64,8 @@ class DeviceLock:
         self._trace("+")
 
     def yield_turn(self) -> None:
-        """Let a timed region that waits for this shared hold go first: the hold let go
-        and taken again through the gate, where a waiting writer is ahead of it (with
-        none waiting, a few system calls)."""
+        """Let a waiting timed region go first: the shared hold is let go and taken again
+        through the gate, behind any waiting writer."""
         if self._mode == "shared":
             self.release()
             self.acquire("shared")
@@ -84,8 +78,8 @@ class DeviceLock:
         self._fd = self._mode = None
 
     def _trace(self, event: str) -> None:
-        """One line per hold's start (+) or end (-) when tracing (module docstring): one
-        short O_APPEND write, so the lines of several processes never interleave."""
+        """One line per hold's start (+) or end (-) when tracing: one short O_APPEND write,
+        so the lines of several processes never interleave."""
         if trace := os.environ.get(TRACE_VAR):
             line = f"{time.monotonic():.6f} {leader_pid()} {self.path.stem} {self._mode} {event}\n"
             try:  # a diagnostic: a trace that cannot be written never fails a hold
@@ -124,9 +118,8 @@ def device_lock(path: str | os.PathLike | None, mode: str) -> Iterator[None]:
 
 
 def hold_shares(trace: str | os.PathLike) -> dict[str, float]:
-    """Seconds of a traced run (each device from its first hold to its last release,
-    summed over the devices) in which a device was held exclusive, only shared, or by no
-    one. A hold still open when the trace ends (its process killed) ends there."""
+    """Seconds of a traced run (per device from first hold to last release, summed) in
+    which a device was held exclusive, only shared, or by no one."""
     held = {"exclusive": 0.0, "shared": 0.0, "none": 0.0}
     for events in _events(trace).values():
         holders = {"exclusive": 0, "shared": 0}
@@ -142,8 +135,7 @@ def hold_shares(trace: str | os.PathLike) -> dict[str, float]:
 
 def timing_gaps(trace: str | os.PathLike) -> list[float]:
     """Seconds between one exclusive hold's end and the next one's start on the same
-    device, for every such pair of a traced run: where the device waited for the next
-    timing step (its children still in their untimed work, or not yet started)."""
+    device: where the device waited for the next timing step."""
     gaps = []
     for events in _events(trace).values():
         began: dict[str, float] = {}

@@ -1,17 +1,9 @@
 """Fault injection for the tests of the evaluator's own failures (never set in real runs).
 
-`$KB_EVAL_FAULTS` names a folder; a file there named after a point makes that point fail:
-the point's code calls `inject_fault(point)`. A file whose text is `once` is removed as it
-fires (the fault happens once, a retry then succeeds); one whose text is a number N fires
-N times (counted down); any other file fires every time.
-Points: `reference_kill` (the reference server kills itself in the middle of a sample),
-`judge_exception` (an exception in the parent while it judges a sample), `setup_oom` (a
-candidate's child runs out of device memory in its setup, before the candidate's code),
-`draw_oom` (the child runs out of device memory drawing a correctness trial's inputs),
-`round_oom` (the reference server runs out of device memory in a paired round),
-`exchange_open` (a candidate's child cannot open the device buffers handed over for its
-outputs), `compile_stall` (a compile of the candidate's own in its run child takes a
-minute longer: `stall_if_armed`).
+`$KB_EVAL_FAULTS` names a folder; a file there named after a point makes the
+`inject_fault(point)` there fail: text `once` fires once, a number N fires N times, any
+other text every time. Points: reference_kill, judge_exception, setup_oom, draw_oom,
+round_oom, exchange_open, compile_stall (`stall_if_armed`).
 """
 
 from __future__ import annotations
@@ -67,7 +59,7 @@ def stall_if_armed(point: str, seconds: float) -> None:
 
 
 def armed_folder() -> list[str]:
-    """The folder of armed points, when a test armed any: children fire (and remove)
-    them, so a sandbox lets them write there."""
+    """The folder of armed points, if any: a sandbox lets children write there (they
+    fire and remove them)."""
     folder = os.environ.get(VAR)
     return [folder] if folder else []

@@ -4,18 +4,11 @@
     df = to_frame("results/reference/<run>/results.json")
 
 One row per sample record (every turn), sorted by level, problem_id, sample, turn.
-Nested fields are flattened with dots (`timing.median`, `baseline.median`,
-`correctness.max_abs_diff`, `phases.build`, `crash.kind`); `flags` becomes one string of
-codes ("code1,code2", "" when none) and `flag_errors` counts the error-severity ones;
-the speed of light is `work.flops`, `work.bytes`, `sol.share` (`sol.flop_share`,
-`sol.byte_share`, `sol.reference_share`) and `sol_counted` (the share sol_p counts);
-the run's own facts are repeated on each row (`model`, `run`, `hardware`, `run_precision`,
-`run_backend`, `run_source`, `baseline_kind`), so frames of several runs concatenate.
-The run stage's fields (prompt_tokens, completion_tokens, cost, latency_s, code_path,
-...) are columns too (empty for an eval stage's file); a record's own `model` (the run
-stage's) wins over the run's name only where it has one.
-
-Kept out of kb_eval.results so that reading a results file needs no pandas.
+Nested fields are flattened with dots (`timing.median`, `sol.share`); `flags` becomes
+"code1,code2", `flag_errors` counts the error-severity ones, `sol_counted` is the share
+sol_p counts. The run's own facts (`model`, `run`, `hardware`, `run_precision`,
+`run_backend`, `run_source`, `baseline_kind`) repeat on each row, so frames of several
+runs concatenate. Kept out of kb_eval.results so that reading a results file needs no pandas.
 """
 
 from __future__ import annotations
@@ -47,7 +40,6 @@ def to_frame(path):
         flags = d.pop("flags") or []
         d["flags"] = ",".join(f["code"] for f in flags)
         d["flag_errors"] = sum(f.get("severity") == "error" for f in flags)
-        # the speed-of-light share the score counts (None: uncounted or above 1)
         d["sol_counted"] = counted_sol(r)
         if d.get("model") is None:  # not the run stage's: the run's name stays
             d.pop("model", None)

@@ -1,9 +1,5 @@
 """What the GPU was doing around a timing: clocks, temperatures, power and why it held its
-clocks back (NVML, through the `nvidia-ml-py` package).
-
-Two timings of the same kernel differ when the GPU ran at different clocks: an idle GPU
-ramps up, a hot one or one at its power limit slows down. The figures say which, so a
-drift between two baseline passes can be told from a fault of the timing.
+clocks back (NVML), so that clock drift between timings can be told from a timing fault.
 """
 
 from __future__ import annotations
@@ -23,9 +19,8 @@ SLOWDOWNS = {
 
 
 def snapshot(device: torch.device) -> dict | None:
-    """SM and memory clocks (MHz), GPU and memory (HBM) temperatures (C), power (W) and the
-    active slowdowns of `device`; None on a CPU, without NVML or when it cannot be read
-    (never fails a timing). The memory's temperature is None where NVML has none."""
+    """SM and memory clocks (MHz), GPU and memory temperatures (C), power (W) and the
+    active slowdowns of `device`; None on a CPU or when NVML cannot be read."""
     if device.type != "cuda":
         return None
     try:

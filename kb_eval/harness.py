@@ -1,10 +1,8 @@
 """How a model is built, fed and timed inside a child: one recipe for the reference (in
 baseline and eval) and the candidate, so their times are comparable.
 
-Every timed call gets freshly drawn inputs (drawn before the call, outside the timed
-region): a kernel cannot serve a cached answer keyed by pointer or content, and the L2
-flush already makes each call start cold. Drawing inputs on the GPU costs well under a
-millisecond for hundreds of MB.
+Every timed call gets freshly drawn inputs (outside the timed region), so a kernel cannot
+serve a cached answer keyed by pointer or content.
 """
 
 from __future__ import annotations
@@ -48,8 +46,7 @@ def inputs_for(module: ModuleType, secret: int, label: Any, precision: str,
 def time_model(model: Callable, module: ModuleType, secret: int, precision: str,
                device: torch.device, settings: TimingSettings) -> TimingStats:
     """Time `model` on fresh inputs per call, with the candidate child's bookkeeping around
-    each call (kb_eval/eval/child/calls.py: on a host-paced call that work slows the next
-    launches, so a reference timed without it would not compare with a candidate)."""
+    each call (eval/child/calls.py), which slows host-paced calls on both sides alike."""
     return TimingStats.of(*time_model_samples(model, module, secret, precision, device,
                                               settings))
 
@@ -57,8 +54,8 @@ def time_model(model: Callable, module: ModuleType, secret: int, precision: str,
 def time_model_samples(model: Callable, module: ModuleType, secret: int, precision: str,
                        device: torch.device, settings: TimingSettings,
                        visit: int = 0) -> tuple[list[float], float | None]:
-    """`time_model`'s kept call times (ms, in call order) and median launch time. A
-    baseline visit (`visit` > 0: the same problem timed again later) draws other inputs."""
+    """`time_model`'s kept call times (ms, in call order) and median launch time; each
+    baseline `visit` draws other inputs."""
     from kb_eval.eval.child.calls import TimedCalls, Watch, round_ends
 
     def draw(i: int) -> tuple[None, list]:

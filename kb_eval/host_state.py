@@ -1,17 +1,12 @@
 """How fast the host's CPU runs just now, and a baseline's repeated timing of a
 host-paced problem until the host has run it at full pace.
 
-A reference that launches thousands of kernels a call runs at the host's pace, not the
-GPU's. On the cloud machines the GPUs come in, that pace moves by itself, for stretches
-of seconds to minutes, up to twofold, on every core, often all at once
-(`benchmarks/launch_pace.py --trace`, `benchmarks/host_pace.py`; docs/PERFORMANCE.md), so
-no choice of core steadies it. A baseline file is a table people compare across runs,
-and a time taken while the VM's host ran slow is that host's, not the GPU's: so a
-baseline records the host's pace before and after each problem's calls and times a
-host-paced problem again, each time once the host probes at full pace, until two timings
-agree (`timed_at_full_pace`). It keeps the fastest, as `timeit` advises for host-bound code:
-slower runs are interference, not the code. (The eval's speedups need none of this: both
-sides are timed in interleaved rounds, at the same pace.)
+A reference that launches thousands of kernels a call runs at the host's pace, which on
+cloud machines moves by itself (up to twofold, for seconds to minutes, on every core:
+docs/PERFORMANCE.md). A baseline file is compared across runs, so it records the host's
+pace around each problem's calls and retimes a host-paced problem at full pace until two
+timings agree, keeping the fastest. The eval's speedups need none of this: both sides are
+timed in interleaved rounds.
 """
 
 from __future__ import annotations
@@ -25,15 +20,12 @@ from typing import Callable, Generic, TypeVar
 _BLOB = bytes(range(256)) * 16384  # 4 MiB
 
 HOST_PACED = 0.9  # launch share from which a time is the host's (TimingStats.launch_share)
-# Launch share from which a call turns host-paced when the host runs at half its pace, as
-# cloud hosts did: a baseline times such a call until the host has shown its full pace
-# (docs/PERFORMANCE.md).
+# Launch share from which a call turns host-paced when the host runs at half its pace:
+# a baseline retimes such a call until the host has shown its full pace.
 PACE_SENSITIVE = 0.5
-# A probe within this factor of the fastest one seen on the core: full pace (wider than a
-# fast stretch's spread, narrower than a slow stretch's: docs/PERFORMANCE.md).
+# A probe within this factor of the fastest one seen on the core: full pace.
 FULL_PACE = 1.15
-# Two full-pace timings whose medians are this close: the host has shown its full pace
-# (about a fast stretch's spread: docs/PERFORMANCE.md).
+# Two full-pace timings whose medians are this close: the host has shown its full pace.
 AGREE = 0.02
 POLL_S = 0.2  # between probes while waiting for the host
 
@@ -54,8 +46,7 @@ def work_ms(repeats: int = 3) -> float:
 
 def launch_pace_ms(device, launches: int = 2000, repeats: int = 3) -> float:
     """Median host time (ms) to launch `launches` one-float kernels on a CUDA device: the
-    pace a launch-bound call goes at, and nothing of the GPU's (the kernels take less than
-    their launch). `work_ms` on a CPU."""
+    pace a launch-bound call goes at. `work_ms` on a CPU."""
     import torch
 
     device = torch.device(device)
@@ -80,22 +71,19 @@ class Paced(Generic[T]):
     pace_ms: list[float]  # the probe before and after the kept timing
     tries: int = 1  # timings made, the kept one among them
     best_ms: float = 0.0  # the fastest probe known on this core, this child's included
-    # pace-sensitive and shown at full pace (two full-pace timings agreed): True; not
-    # shown within the wait: False; launch share under PACE_SENSITIVE (the pace did not
-    # matter): None
+    # True: two full-pace timings agreed; False: not within the wait; None: the launch
+    # share was under PACE_SENSITIVE
     full_pace: bool | None = None
 
 
 def timed_at_full_pace(time_once: Callable[[], T], median: Callable[[T], float],
                        launch_share: Callable[[T], float | None], best_ms: float | None,
                        wait_s: float, probe: Callable[[], float] = work_ms) -> Paced[T]:
-    """`time_once()`, probed before and after. If the host's pace can set its time
-    (launch share at least PACE_SENSITIVE), time it again, each time once the probe is
-    within FULL_PACE of the fastest known (`best_ms`, from earlier children on this core,
-    or this child's), until two such full-pace timings agree within AGREE or `wait_s`
-    seconds have passed; keep the fastest full-pace timing (the fastest of all when none
-    was). The first timing never waits: a problem whose pace does not matter costs
-    nothing."""
+    """`time_once()`, probed before and after. If its launch share is at least
+    PACE_SENSITIVE, time it again, each time once the probe is within FULL_PACE of the
+    fastest known (`best_ms` or this child's), until two full-pace timings agree within
+    AGREE or `wait_s` has passed; keep the fastest full-pace timing (else the fastest).
+    The first timing never waits."""
     deadline = time.monotonic() + wait_s
     best = best_ms
     tries: list[Paced[T]] = []

@@ -1,9 +1,8 @@
 """Precision and inputs: the same rules for the reference and the candidate.
 
 Inputs are drawn from a seed directly on the target device (`get_inputs()` runs under
-`torch.device(dev)`, so KernelBench's plain `torch.randn(...)` calls allocate on the GPU:
-no host-side generation and copy of hundreds of MB). Floating inputs and the model are cast
-to the run's precision; fp32 runs with TF32 off, so fp32 means fp32.
+`torch.device(dev)`). Floating inputs and the model are cast to the run's precision;
+fp32 runs with TF32 off.
 """
 
 from __future__ import annotations
@@ -18,9 +17,7 @@ import torch
 PRECISIONS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 # Default tolerances per precision (atol, rtol); the eval config may override them.
-# bf16 keeps 3 fewer mantissa bits than fp16: one rounding step of an output near 2 is
-# already 0.0156, and two correct bf16 implementations (ours vs eager) differ by that on
-# a few elements per million, so 1e-2 there would judge rounding, not correctness.
+# bf16's rounding step near 2 is 0.0156, so 1e-2 there would judge rounding.
 TOLERANCES = {"fp32": (1e-4, 1e-4), "fp16": (1e-2, 1e-2), "bf16": (2e-2, 2e-2)}
 
 
@@ -57,16 +54,11 @@ def cast_tree(x: Any, dtype: torch.dtype) -> Any:
 
 @contextlib.contextmanager
 def seeded(device: str | torch.device, seed: int):
-    """Draws inside the block come from `seed`: on the CPU's generator (a `get_inputs`
-    may draw there too) and, on a GPU, on a generator state of our own that the device's
-    default generator points at for the block only (`graphsafe_set_state`), then back
-    at its own. So our draws never move the state a candidate's CUDA graph registered:
-    a capture that failed leaves that state marked as capturing, and any draw on it after
-    raised "Offset increment outside graph capture" in our code, not the candidate's
-    (a model-written ConvTranspose2d candidate that fell back to eager crashed so). Not
-    torch.manual_seed: it also queues a seed for every accelerator not yet started,
-    formatting a stack trace for each (docs/PERFORMANCE.md). A fresh state seeded so draws
-    what torch.manual_seed(seed) gave."""
+    """Draws inside the block come from `seed`, on the CPU's generator and, on a GPU, on a
+    generator state of our own that the device's default generator points at for the
+    block only. So our draws never touch the state a candidate's CUDA graph registered
+    (a failed capture leaves it marked as capturing, and drawing on it raises). Draws
+    what torch.manual_seed(seed) would, without its cost (docs/PERFORMANCE.md)."""
     dev = torch.device(device)
     torch.default_generator.manual_seed(seed)
     if dev.type == "cuda" and torch.cuda.is_initialized():
@@ -108,11 +100,9 @@ def make_init_inputs(get_init_inputs: Callable[[], list], device) -> list:
 
 def build_model(cls: type, init_inputs: list, seed: int, device, dtype: torch.dtype,
                 reference_state: dict | None = None) -> torch.nn.Module:
-    """Construct under a fixed seed (KernelBench's rule for matching weights), then copy
-    the reference's weights when the parameter sets agree (robust to init order).
-    Constructed on `device` (`constructing_on`); a module that cannot be so (one that
-    needs the legacy `torch.Tensor(n)` on the CPU in its __init__) is constructed as
-    before that, under the same seed."""
+    """Construct on `device` under a fixed seed (KernelBench's rule for matching weights),
+    then copy the reference's weights when the parameter sets agree. A module whose
+    __init__ fails under `constructing_on` is constructed again under torch.device only."""
     torch.manual_seed(seed)
     try:
         with constructing_on(device):
@@ -142,15 +132,10 @@ def _legacy_follows(device) -> bool:
 
 @contextlib.contextmanager
 def constructing_on(device):
-    """Tensors a module makes while it is constructed land on `device`: the factory
-    functions (torch.empty, torch.tensor, ...) by the device context, and on a GPU the
-    legacy `torch.Tensor(n, m)` as well, which ignores that context (only the default
-    tensor type moves it, deprecated since PyTorch 2.1 but still the one switch). Without
-    it a candidate's `nn.Parameter(torch.Tensor(out, in))` stayed on the CPU beside its
-    `torch.tensor(c)` on the GPU (its __init__ failed on mixed devices), and its weights
-    came from the CPU's generator while the reference's nn.Linear drew on the GPU's: the
-    same construction, other weights. KernelBench constructs everything on the CPU and
-    then moves it; here everything draws on the device, for both sides alike."""
+    """Tensors a module makes while it is constructed land on `device`: factory functions
+    by the device context, and on a GPU the legacy `torch.Tensor(n, m)` too, through the
+    (deprecated) default tensor type. Otherwise such a candidate's weights would sit on
+    the CPU, or come from another generator than the reference's."""
     dev = torch.device(device)
     if not _legacy_follows(dev):
         with dev:
@@ -181,11 +166,9 @@ def copy_tree(x: Any) -> Any:
 
 @contextlib.contextmanager
 def widened(model: torch.nn.Module, dtype: torch.dtype):
-    """`model` in float64 for the duration, then in `dtype` again, with the tensors that
-    its modules hold as plain attributes (not parameters or buffers: `.to` leaves them
-    alone) put back as they were: a stateful reference (KernelBench level3/33 keeps its
-    RNN hidden state so) would otherwise keep a float64 state from the widened call and
-    fail every later call at its own precision."""
+    """`model` in float64 for the duration, then in `dtype` again, with tensors held as
+    plain attributes put back as they were (a stateful reference, e.g. an RNN's hidden
+    state, would otherwise keep a float64 state and fail later calls)."""
     plain = [(m, k, v) for m in model.modules() for k, v in vars(m).items()
              if isinstance(v, torch.Tensor)]
     model.to(torch.float64)  # widening the rounded weights is exact, as is narrowing

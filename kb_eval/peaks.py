@@ -1,9 +1,7 @@
 """The machine's peaks, measured once per machine and kept beside its baseline files
-(results/baseline/<hardware-slug>/peaks.json): DRAM bandwidth (a copy, and a read-only
-sum, each of a buffer far beyond the caches) and the dense matmul rate of torch.matmul
-(cuBLAS on a GPU) at fp32 with TF32 off, TF32, bf16 and fp16 (a CPU: fp32, bf16, fp16,
-each where it runs). They are the ceilings of every sample's speed-of-light share
-(kb_eval/work.py, kb_eval/eval/judge/sol.py).
+(results/baseline/<hardware-slug>/peaks.json): DRAM bandwidth (a copy and a read-only
+sum over a buffer far beyond the caches) and torch.matmul's dense rate at fp32 (TF32
+off), TF32, bf16 and fp16. They are the ceilings of every sample's speed-of-light share.
 
     python -m kb_eval.baseline --peaks        # measure (again) and write the file
 
@@ -21,14 +19,11 @@ from kb_eval.results import (SCHEMA_VERSION, HardwareInfo, Producer, now_iso, re
                              write_json_atomic)
 from kb_eval.errors import UserError
 
-# (m, n, k) of the matmuls timed for the rate, the best kept: square, and the long-k and
-# wide shapes that two fp32 level-1 references ran 2 % faster than the squares at
+# (m, n, k) of the matmuls timed for the rate, the best kept: square, long-k and wide
 GPU_MATMUL_SHAPES = ((2048,) * 3, (4096,) * 3, (8192,) * 3, (12288,) * 3,
                      (4096, 4096, 16384), (256, 256, 1 << 19), (2048, 4096, 8192))
 CPU_MATMUL_SHAPES = ((1024,) * 3, (2048,) * 3)
-# Bandwidth buffers: at least this (a GPU; a CPU: 64 MiB), and 4x the largest cache. On a
-# GPU large ones: activations over buffers of many GiB stream at up to 0.5 % above a 1 GiB
-# copy's rate (docs/PERFORMANCE.md, speed of light).
+# Bandwidth buffers: at least this (a GPU; a CPU: 64 MiB), and 4x the largest cache.
 MIN_BUFFER = 4 << 30
 REPEATS = 5  # timings per figure, the fastest kept
 FLOAT_PEAKS = {"fp32": "fp32", "bf16": "bf16", "fp16": "fp16"}  # run precision -> rate
@@ -51,8 +46,7 @@ class PeaksFile(BaseModel):
 
     @property
     def bandwidth(self) -> float | None:
-        """The memory ceiling: the faster of the copy and the read, as the memory was seen
-        to go."""
+        """The memory ceiling: the faster of the copy and the read."""
         known = [x for x in (self.copy_bytes_per_s, self.read_bytes_per_s) if x]
         return max(known) if known else None
 
@@ -158,9 +152,8 @@ NATIVE_FLAGS = {"fp32": None, "bf16": {"avx512_bf16", "amx_bf16", "bf16"},
 
 
 def cpu_native(name: str) -> bool:
-    """Whether this CPU computes `name` natively (fp32 always): without it, torch runs a
-    bf16 or fp16 matmul at a small fraction of the fp32 rate (1.2 against 71 GFLOP/s on
-    the 2-core CI machine), a figure no kernel is held to."""
+    """Whether this CPU computes `name` natively (fp32 always); without it torch's rate is
+    a small fraction of fp32's, a figure no kernel is held to."""
     want = NATIVE_FLAGS.get(name)
     if want is None:
         return True
@@ -206,8 +199,7 @@ def _fastest(dev, fn, repeats: int = REPEATS, inner: int = 1) -> float:
 
 def _copy_rate(dev, n: int) -> float:
     """Bytes read + written per second by the faster of a copy and an elementwise kernel
-    writing a new buffer: torch's copy_ is a DMA memcpy on a GPU, which streams slower than
-    a vectorised elementwise kernel does (so honest activations would beat a copy's figure)."""
+    (a GPU's DMA memcpy streams slower than a vectorised kernel)."""
     import torch
 
     src = torch.ones(n // 4, dtype=torch.float32, device=dev)

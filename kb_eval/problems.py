@@ -67,7 +67,7 @@ def parse_ids(spec: str | None) -> set[int] | None:
 
 
 def as_levels(level: int | list[int] | tuple[int, ...] | None) -> list[int] | None:
-    """One level, several, or None (all): callers may pass an int (the old form) or a list."""
+    """One level, several, or None (all), as a sorted list or None."""
     if level is None:
         return None
     levels = [level] if isinstance(level, int) else list(level)
@@ -150,8 +150,8 @@ def bundled_suites() -> list[str]:
 
 def load_hf(spec: str, level: int | list[int] | None) -> list[Problem]:
     """The KernelBench dataset (splits level_1..), from the hub (its cache when the hub
-    cannot be reached: no retries) or from a local copy: a `save_to_disk` folder, or a
-    folder of parquet files named like the hub's (`level_1-*.parquet`)."""
+    cannot be reached) or from a local `save_to_disk` or parquet (`level_1-*.parquet`)
+    folder."""
     target = spec.partition(":")[2] or HF_DEFAULT_REPO
     asked = as_levels(level)
     levels = asked or [1, 2, 3, 4]
@@ -200,10 +200,9 @@ def hub_endpoint() -> str:
 
 
 def go_offline_unless_hub_answers(timeout_s: float = 3.0) -> bool:
-    """Connect to the Hugging Face hub within `timeout_s` (the DNS lookup too, which has
-    no timeout of its own: it runs in a thread left behind); when that fails, set
-    HF_HUB_OFFLINE so that `datasets` reads its cache at once instead of retrying for
-    half a minute. True when offline (already, or now)."""
+    """Try the Hugging Face hub within `timeout_s` (DNS included, in a thread left behind);
+    when that fails, set HF_HUB_OFFLINE so that `datasets` reads its cache at once
+    instead of retrying. True when offline (already, or now)."""
     if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
         return True
     url = urlsplit(hub_endpoint())
@@ -257,7 +256,6 @@ def load_module(code: str, module_name: str) -> types.ModuleType:
 
 
 def reference_copy(problem: "Problem") -> str:
-    """A candidate that is the problem's own reference (`ModelNew = Model`): what
-    `check --harness` evaluates, and the control when it is unclear whose fault a failure
-    was. It must be judged correct at a speedup of about 1."""
+    """A candidate that is the problem's own reference (`ModelNew = Model`), evaluated by
+    `check --harness`: it must be judged correct at a speedup of about 1."""
     return f"{problem.code.rstrip()}\n\n\nModelNew = Model  # kb-eval: the reference as the candidate\n"

@@ -1,8 +1,5 @@
-"""The progress bar of `run` and `eval`: tqdm on stderr, as one would expect, except that
-piped (a log file, CI) it does not print its last line twice.
-
-Piped, each refresh of a tqdm bar is a line of its own; tqdm's close() refreshes once
-more, which repeats the last line whenever nothing moved since. That repeat is skipped."""
+"""The progress bar of `run` and `eval`: tqdm on stderr, except that piped (a log file,
+CI) it does not print its last line twice on close()."""
 
 from __future__ import annotations
 

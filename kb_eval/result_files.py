@@ -1,9 +1,8 @@
 """What every file we write carries, and how we write and read them (atomically).
 
-Each file carries `schema_version`, the hardware, torch/CUDA versions, the precision and
-what produced it (`FileHeader`), so numbers from different machines or settings are never
-mixed by accident. Writes go to a temp file in the same folder and are renamed over the
-target: a crash leaves the previous complete file, never half a JSON.
+Each file carries a `FileHeader` (schema version, hardware, versions, precision, what
+produced it), so numbers from different machines or settings are never mixed by
+accident. Writes are atomic: a crash leaves the previous complete file.
 """
 
 from __future__ import annotations
@@ -25,7 +24,6 @@ from kb_eval.errors import UserError
 from kb_eval.timing import TimingSettings
 
 SCHEMA_VERSION = 1
-RESULTS_DIR = Path("results")
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -38,9 +36,8 @@ def slugify(text: str) -> str:
 
 
 def cpu_model() -> str:
-    """The CPU's marketing name. platform.processor() is empty on many Linux machines (an
-    AMD EPYC gave ""), so read /proc/cpuinfo's "model name" (x86) or its ARM fields
-    first; fall back to platform's answers."""
+    """The CPU's marketing name, from /proc/cpuinfo (platform.processor() is often empty
+    on Linux), else platform's answers."""
     try:
         text = Path("/proc/cpuinfo").read_text(errors="replace")
     except OSError:
@@ -92,8 +89,7 @@ class Producer(BaseModel):
     tool: str
     version: str = __version__
     argv: list[str] = Field(default_factory=lambda: list(sys.argv))  # this invocation's
-    # Every invocation that wrote the file, oldest first (a --resume adds one): a file
-    # continued three times says so, instead of showing only the last command.
+    # Every invocation that wrote the file, oldest first (a --resume adds one)
     invocations: list[list[str]] = Field(default_factory=list)
 
     def continuing(self, old: "Producer | None") -> "Producer":
@@ -131,8 +127,8 @@ class FileHeader(BaseModel):
 
 
 def _umask() -> int:
-    """The process umask, read without changing it where Linux shows it (os.umask can only
-    be read by setting it, a race with other threads creating files)."""
+    """The process umask, read from /proc where it can be (os.umask reads by setting it,
+    a race with other threads creating files)."""
     try:
         for line in Path("/proc/self/status").read_text().splitlines():
             if line.startswith("Umask:"):
@@ -145,9 +141,8 @@ def _umask() -> int:
 
 
 def write_json_atomic(path: Path, data: BaseModel | dict | list) -> None:
-    """Write JSON via a temp file in the same folder and an atomic rename. mkstemp makes
-    its file 0600; the result gets the mode a plain open() would (0666 less the umask), so
-    results can be shared like any other file."""
+    """Write JSON via a temp file in the same folder and an atomic rename, with the mode
+    a plain open() would give (mkstemp's is 0600)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     text = (data.model_dump_json(indent=1) if isinstance(data, BaseModel)

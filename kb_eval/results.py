@@ -1,9 +1,6 @@
 """The run file's schema (results.json): one SampleRecord per evaluated sample and the
-run's summary, defined by the evaluation stage (kb_eval/eval).
-
-The header every file carries and how files are written are kb_eval/result_files.py's,
-the baseline file's schema kb_eval/baseline_file.py's; their names are imported here too,
-so that `from kb_eval.results import ...` reaches every schema.
+run's summary. The names of result_files.py (header, writing) and baseline_file.py are
+re-exported, so that `from kb_eval.results import ...` reaches every schema.
 """
 
 from __future__ import annotations
@@ -16,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from kb_eval.baseline_file import (  # noqa: F401 - re-exported
     BaselineFile, BaselineRecord, BaselineVisit, baseline_path)
 from kb_eval.result_files import (  # noqa: F401 - re-exported
-    RESULTS_DIR, SCHEMA_VERSION, FileHeader, HardwareInfo, Producer, cpu_model, now_iso,
+    SCHEMA_VERSION, FileHeader, HardwareInfo, Producer, cpu_model, now_iso,
     read_model, slugify, stored_fields, stored_producer, write_json_atomic)
 from kb_eval.timing import TimingStats
 from kb_eval.work import ProblemWork, SolShare
@@ -44,25 +41,20 @@ class BuildInfo(BaseModel):
     # crashed | timeout | oom | output_flood
     status: str = "ok"
     seconds: float = 0.0
-    # What the build's child tried that its sandbox refused (kb_eval/isolation/refusals.py)
+    # What the build's child tried that its sandbox refused (isolation/refusals.py)
     refused: list[str] = Field(default_factory=list)
     # Seconds the build pool spent calling the model once on meta inputs, so that a
-    # compile the candidate starts inside a function runs here, not on the device lane
-    # (kb_eval/eval/schedule/first_call.py); None when not tried.
+    # first-call compile runs off the device lane (eval/schedule/first_call.py)
     first_call_s: float | None = None
-    # The torch/extension.h its CUDA files were compiled with: "lean" (the Tensor class
-    # and the factories), "slim" (torch/types.h), "full", several joined by "+" when its
-    # files differed ("lean+full"), None without CUDA files (kb_eval/eval/schedule/
-    # nvcc_front.py).
+    # The torch/extension.h its CUDA files were compiled with: lean | slim | full, joined
+    # by "+" when its files differed; None without CUDA files (eval/schedule/nvcc_front.py)
     cuda_header: str | None = None
 
 
 class LaunchCounts(BaseModel):
-    """Launches per forward, one profiled call each after correctness, outside timing
-    (kb_eval/profile/launches.py). unit: cuda_kernels (kernels launched, memcpy/memset
-    apart) | aten_ops (CPU: aten operators called from outside any other). `candidate`
-    is what the candidate's own child reported (untrusted: diagnostics, never scored);
-    `reference` was counted by the trusted reference server, once per problem."""
+    """Launches per forward (profile/launches.py), unit cuda_kernels | aten_ops.
+    `candidate` is what the candidate's own child reported (untrusted: never scored);
+    `reference` was counted by the trusted reference server."""
     unit: str | None = None
     candidate: int | None = None
     reference: int | None = None
@@ -85,9 +77,9 @@ class CorrectnessInfo(BaseModel):
     atol: float | None = None
     rtol: float | None = None
     failures: list[str] = Field(default_factory=list)
-    # Which rule decided (f64: against the reference run in float64; kernelbench: allclose
-    # at atol/rtol), each rule's verdict (f64 None: not computed), why f64 did not decide
-    # when it was asked, and where atol/rtol came from (default | problem | flag).
+    # Which rule decided (f64: against the float64 reference; kernelbench: allclose at
+    # atol/rtol), each rule's verdict, why f64 did not decide when asked, and where
+    # atol/rtol came from (default | problem | flag).
     rule: str = "kernelbench"
     verdicts: dict[str, bool | None] = Field(default_factory=dict)
     fallback: str | None = None
@@ -97,27 +89,22 @@ class CorrectnessInfo(BaseModel):
     tolerance_source: str | None = None
 
 
-# A sample's status. The candidate's: correct | incorrect | compile_error | runtime_error |
-# crashed | timeout | oom | output_flood. The evaluator's or the problem's
-# (HARNESS_STATUSES, counted apart, never a candidate failure): eval_error |
-# reference_error | too_large. The run stage's, for answers never evaluated
-# (kb_eval/run/records.py): inference_error (no answer), no_code | no_model_new |
-# syntax_error (no usable code: kb_eval/inference/extract.py). not_run: not yet judged.
+# A sample's status: the candidate's (correct ... output_flood), the evaluator's or the
+# problem's (HARNESS_STATUSES, never a candidate failure), the run stage's for answers
+# never evaluated (inference_error, no_code, no_model_new, syntax_error), or not_run.
 SampleStatus = Literal[
     "correct", "incorrect", "compile_error", "runtime_error", "crashed", "timeout", "oom",
     "output_flood", "eval_error", "reference_error", "too_large", "inference_error",
     "no_code", "no_model_new", "syntax_error", "not_run"]
 STATUSES: tuple[str, ...] = get_args(SampleStatus)
 
-# Record keys that earlier versions wrote and this one no longer has: dropped when a file
-# is read (SampleRecord._drop_retired), so old results still load; any other unknown key
-# is refused. None so far.
+# Record keys earlier versions wrote: dropped on read, so old results still load; any
+# other unknown key is refused.
 RETIRED_FIELDS: frozenset[str] = frozenset()
 
 
 class SampleRecord(BaseModel):
-    # Every field declared: a misspelt or undeclared one is refused, when a record is
-    # made, assigned to or read back from a file.
+    # A misspelt or undeclared field is refused when made, assigned or read back.
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     key: str
@@ -142,43 +129,34 @@ class SampleRecord(BaseModel):
     timing: TimingStats | None = None
     baseline: TimingStats | None = None
     baseline_source: str | None = None  # file | live
-    # The reference's median / the candidate's, correct samples only: both from the rounds
-    # timed in pairs (one reference time per sample), else the reference timed alone
+    # The reference's median / the candidate's (correct samples), from paired rounds
     speedup: float | None = None
-    # The baseline file's median / the candidate's (a run with a baseline file): for
-    # leaderboards and compile-mode comparisons, never the headline
+    # The baseline file's median / the candidate's: for leaderboards, never the headline
     speedup_vs_baseline: float | None = None
-    # 95 % interval of the speedup (kb_eval/eval/judge/confidence.py) and how it was had
+    # 95 % interval of the speedup (eval/judge/confidence.py) and its method
     speedup_ci: list[float] | None = None
     speedup_ci_method: str | None = None
     flags: list[Flag] = Field(default_factory=list)
     wall_s: float = 0.0
-    # Seconds per step (build, wait for a device, run, reference, read, judge): where an
-    # evaluation's time goes.
+    # Seconds per step (build, wait for a device, run, reference, read, judge)
     phases: dict[str, float] = Field(default_factory=dict)
-    # Device memory (bytes): the reference's footprint and free memory from the plan, the
-    # candidate's own peak (its child's report: diagnostics, never scored).
+    # Device memory (bytes): the plan's figures and the candidate's own (untrusted) peak
     memory: dict[str, int | None] = Field(default_factory=dict)
     retried: str | None = None  # why the sample was evaluated a second time, if it was
-    # Whether the reference gave bit-identical outputs on the same inputs twice (None: not
-    # measured): a non-deterministic reference needs a tolerance, not equality.
+    # Whether the reference gave bit-identical outputs on the same inputs twice
     reference_deterministic: bool | None = None
     launches: LaunchCounts | None = None  # correct samples only
-    # The problem's work, and (correct samples) the share of the machine's peaks the
-    # sample and the reference reached (kb_eval/work.py, kb_eval/eval/judge/sol.py)
+    # The problem's work and (correct samples) the shares of the machine's peaks reached
     work: ProblemWork | None = None
     sol: SolShare | None = None
-    # The verdict's: a speedup that no flag voids (the score applies its own rule,
-    # judge/score.counted_speedup; this says it in the file). None: not judged.
+    # A speedup that no flag voids (judge/score.counted_speedup). None: not judged.
     speedup_counted: bool | None = None
-    # --executor ray (schedule/ray_executor.py): the lane that judged it ("node/device"),
-    # and one note per lane that died while judging it (it was queued again).
+    # --executor ray: the lane that judged it ("node/device"), and one note per lane
+    # that died while judging it (it was queued again).
     lane: str | None = None
     requeued: list[str] | None = None
-    # The answer's facts (kb_eval/run/records.py), None where the sample did not come from
-    # the run stage: the model asked, where its code was saved (under the run's folder;
-    # the eval stage records it too), tokens, USD, seconds of the answering request,
-    # whether it came from the response cache, why it ended, requests sent.
+    # The answer's facts (run/records.py; code_path is the eval stage's too), None where
+    # the sample did not come from the run stage.
     model: str | None = None
     code_path: str | None = None
     prompt_tokens: int | None = None
@@ -193,7 +171,7 @@ class SampleRecord(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _drop_retired(cls, data):
-        """Keys of earlier versions that this one no longer has (RETIRED_FIELDS), dropped."""
+        """Drop the RETIRED_FIELDS keys."""
         if isinstance(data, dict) and RETIRED_FIELDS.intersection(data):
             data = {k: v for k, v in data.items() if k not in RETIRED_FIELDS}
         return data
@@ -217,8 +195,7 @@ class RunSummary(BaseModel):
     # Share of problems with a counted sample at >= p of the speed of light (sol_0.5 ...)
     sol_p: dict[str, float] = Field(default_factory=dict)
     geomean_speedup: float | None = None  # over correct samples
-    # The same of speedup_vs_baseline (a run with a baseline file): the baseline file's
-    # figure, for leaderboards; never the headline
+    # The same of speedup_vs_baseline: for leaderboards, never the headline
     geomean_vs_baseline: float | None = None
     pass_at_k: dict[str, float] = Field(default_factory=dict)  # "pass@1", ...
     status_counts: dict[str, int] = Field(default_factory=dict)
@@ -253,11 +230,10 @@ def level_of(key: str) -> int:
 
 
 def sample_order(r: SampleRecord) -> tuple:
-    """How samples are stored and shown: by level, problem, sample, turn (not by when
-    they finished), so that two runs' files line up and diff cleanly."""
+    """How samples are stored and shown (not by when they finished), so that two runs'
+    files line up and diff cleanly."""
     return (r.level, r.problem_id, r.key, r.sample, r.turn)
 
 
-# results.json as a pandas DataFrame, one row per sample (kb_eval/frames.py; it imports
-# pandas only when called, so this module stays light).
+# results.json as a pandas DataFrame (frames.py imports pandas only when called).
 from kb_eval.frames import to_frame  # noqa: E402,F401

@@ -1,17 +1,12 @@
 """python -m kb_eval.check --harness: can this evaluator judge these problems on this machine?
 
 Each selected problem's own reference is evaluated as the candidate (`ModelNew = Model`)
-through the real eval path: build, candidate child, reference server, the rules, a live
-baseline. A copy of the reference must be judged correct at a speedup of about 1; a
-problem where it is not cannot tell a right kernel from a wrong one here (or the
-evaluator has a fault), and a user should know that before spending API money on it.
+through the real eval path. A copy of the reference must be judged correct at a speedup
+of about 1; a problem where it is not cannot tell a right kernel from a wrong one here
+(or the evaluator has a fault), which a user should know before spending API money.
 
-Per problem: verdict, the reference's memory need and the copy's peak, whether the
-reference is deterministic (two runs on the same inputs agree bit for bit), the copy's
-speedup, wall seconds; problems that cannot be judged here come with the reason. A JSON
-file with the same rows is written beside the printed table. Exit 0 when every problem is
-judgeable, 1 otherwise. The problems of several levels are evaluated in turns
-(`interleave_levels`); the report lists them in their own order.
+Prints and writes as JSON one row per problem (verdict, memory, determinism, speedup,
+the reason it is not judgeable). Exit 0 when every problem is judgeable, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -44,7 +39,7 @@ def row_of(record: SampleRecord) -> dict:
             "reference_peak_bytes": mem.get("reference_peak"),
             "copy_peak_bytes": mem.get("candidate_peak"), "wall_s": record.wall_s,
             "retried": record.retried, "flags": [f.code for f in record.flags],
-            # why its interval is not a paired one (a sweep's report kept only the code)
+            # why its interval is not a paired one
             "unpaired": next((f.message for f in record.flags if f.code == "unpaired"), None),
             "phases": record.phases,
             "sol": record.sol.model_dump() if record.sol else None}
@@ -80,9 +75,8 @@ def summary_line(rows: list[dict], wall_s: float) -> str:
 
 
 def interleave_levels(problems: list[Problem]) -> list[Problem]:
-    """The problems of several levels taken in turns, one of each level (each level in its
-    own order): level 1's large problems then come between level 2's and 3's small ones,
-    which can run beside them while the next large one waits for room on the device."""
+    """The problems of several levels taken in turns, so that small problems can run
+    beside a large one while the next large one waits for room on the device."""
     by_level: dict[int, list[Problem]] = {}
     for p in problems:
         by_level.setdefault(p.level, []).append(p)

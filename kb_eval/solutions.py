@@ -1,8 +1,6 @@
 """Our hand-written reference solutions: reference_kernels/solutions/<backend>/index.json
-maps a problem key to the file that answers it, either one file for every precision
-(`"bert/level1/3": "layernorm.py"`) or one per precision
-(`"bert/level2/1": {"fp32": "a.py", "bf16": "b.py"}`),
-when different variants win at different precisions."""
+maps a problem key to its file, one for every precision (`"bert/level1/3": "layernorm.py"`)
+or one per precision (`"bert/level2/1": {"fp32": "a.py", "bf16": "b.py"}`)."""
 
 from __future__ import annotations
 

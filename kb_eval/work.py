@@ -1,14 +1,11 @@
 """The work a problem asks of the hardware, and a timed call's share of the speed of light.
 
-`ProblemWork`: the reference's FLOPs (torch.utils.flop_counter.FlopCounterMode: matmuls,
-convolutions, attention; elementwise ops count 0) and its compulsory bytes (inputs,
-weights and outputs, each once), counted on the meta device where the problem runs there
-(no memory, no device), else on a real forward. `SolShare`: a call's achieved FLOP/s and
-bytes/s over the machine's measured peaks (kb_eval/peaks.py), the larger of the two
-being its share of the speed of light.
+`ProblemWork`: the reference's FLOPs (FlopCounterMode: elementwise ops count 0) and its
+compulsory bytes (inputs, weights and outputs, each once), counted on the meta device
+where possible, else on a real forward. `SolShare`: a call's achieved FLOP/s and bytes/s
+over the machine's peaks (peaks.py), the larger being its speed-of-light share.
 
-Only pydantic at import time: kb_eval.results imports these schemas; torch is imported
-where the counting runs.
+Only pydantic at import time (kb_eval.results imports these schemas).
 """
 
 from __future__ import annotations
@@ -40,9 +37,9 @@ class ProblemWork(BaseModel):
 
 
 class SolShare(BaseModel):
-    """A correct sample's speed against the machine's ceilings (shares: 1.0 = at peak).
-    `share` is the larger of `flop_share` and `byte_share`; `reference_*` the same of the
-    baseline's median, beside it. `peak` names the matmul rate used (fp32, bf16, fp16)."""
+    """A correct sample's speed against the machine's ceilings (1.0 = at peak). `share`
+    is the larger of `flop_share` and `byte_share`; `reference_*` the same of the
+    baseline's median; `peak` names the matmul rate used."""
     flops_per_s: float | None = None
     bytes_per_s: float | None = None
     flop_share: float | None = None
@@ -76,9 +73,8 @@ def larger(*xs: float | None) -> float | None:
 # ------------------------------------------------------------------ counting
 def count_work(module, precision: str, real: Callable[[], tuple] | None = None,
                where: str = "device") -> ProblemWork:
-    """The problem's work, counted on the meta device; where the meta forward fails (an op
-    with no meta kernel, a data-dependent shape) or runs too long, on a real forward:
-    `real()` gives the caller's (model, inputs), on `where`."""
+    """The problem's work, counted on the meta device, else (the meta forward failed or
+    ran too long) on the real forward of `real()`'s (model, inputs) on `where`."""
     try:
         meta_model, meta_inputs = _meta_problem(module, precision)
         with bounded(META_MAX_S):

@@ -1,10 +1,8 @@
 """Time every selected reference, each in its own child process, into one baseline file
-per hardware and precision (and compile mode). A problem may be timed in `visits`
-children, one per sweep over the problems, its trials split between them, so that its
-calls are spread over the run and over processes (a host-paced reference's speed is its
-process's launch pace, which differs between processes: docs/GUARANTEES.md). The file is
-rewritten atomically after every visit, so an interrupted run loses nothing and
-`--resume` picks up after it."""
+per hardware, precision and mode. A problem may be timed in `visits` children, one per
+sweep, its trials split between them, so that its calls are spread over the run and over
+processes (a host-paced reference's speed differs between processes: docs/GUARANTEES.md).
+The file is rewritten atomically after every visit, so `--resume` loses nothing."""
 
 from __future__ import annotations
 
@@ -70,8 +68,8 @@ def run_baseline(job: BaselineJob, progress: bool = True) -> tuple[Path, Baselin
             ThreadPoolExecutor(max_workers=max(1, len(job.gpus))) as pool:
         try:
             _visit_all(pool, queue, job, data, path, secret, Path(tmp), bar)
-        except KeyboardInterrupt:  # Ctrl-C or kill: the running children killed, so the
-            stop_all()  # pool ends at once; every visit finished is in the file already
+        except KeyboardInterrupt:  # kill the running children so that the pool ends now
+            stop_all()
             raise
     bar.close()
     return path, data
@@ -79,8 +77,7 @@ def run_baseline(job: BaselineJob, progress: bool = True) -> tuple[Path, Baselin
 
 def _visit_all(pool: ThreadPoolExecutor, queue: list, job: BaselineJob, data: BaselineFile,
                path: Path, secret: int, tmp: Path, bar) -> None:
-    """Time every visit of `queue`, one child per GPU at a time, each record written to
-    `path` as soon as its visit ends."""
+    """Time every visit of `queue`, one child per GPU at a time, writing `path` after each."""
     free, futures, failures = list(job.gpus) or [None], {}, 0
     host_best: dict[int | None, float] = {}  # fastest host probe per GPU's core
     while queue or futures:
@@ -133,15 +130,14 @@ def ensure_peaks(results_dir: Path, device: str, gpu: int | None = None,
 
 
 def visit_trials(trials: int, visits: int, visit: int) -> int:
-    """The timed calls of one visit: `trials` split as evenly as it goes, the first
-    visits taking one more."""
+    """The timed calls of one visit: `trials` split evenly, the first visits taking one more."""
     return trials // visits + (1 if visit < trials % visits else 0)
 
 
 def _visits_to_make(data: BaselineFile, job: BaselineJob) -> list[tuple[Problem, int]]:
     """(problem, visit) in the order they run: every problem's first visit, then every
-    problem's second, ..., so that one problem's visits are a whole sweep apart. A resumed
-    run keeps what is done and makes the visits a partial record still lacks."""
+    second, ..., so that one problem's visits are a whole sweep apart. A resumed run makes
+    only the visits still lacking."""
     first: dict[str, int] = {}
     for p in job.problems:
         record = data.records.get(p.key)
@@ -156,8 +152,7 @@ def _visits_to_make(data: BaselineFile, job: BaselineJob) -> list[tuple[Problem,
 
 
 def default_path(job: BaselineJob, hardware: HardwareInfo) -> Path:
-    """Where the eval looks for it: one file per hardware, problem source and precision
-    (the problems of one job come from one source)."""
+    """Where the eval looks for it: one file per hardware, source, precision and mode."""
     return baseline_path(job.results_dir, hardware.slug, job.precision, job.mode,
                          source=job.problems[0].source)
 
@@ -192,10 +187,8 @@ def _open_file(path: Path, job: BaselineJob, hardware: HardwareInfo) -> Baseline
 
 
 def child_env(device: str, gpus: list[int]) -> dict[str, str]:
-    """A baseline child's environment. On a GPU it starts off the timing cores, as the
-    eval's children do: the next problem's spare child imports torch (seconds of CPU)
-    while this one times, and must not do it on the core a launch-bound reference
-    launches from (docs/PERFORMANCE.md)."""
+    """A baseline child's environment. On a GPU it starts off the timing cores, so that a
+    spare child importing torch does not slow the core a reference launches from."""
     if device == "cpu":
         return {**TIMED_PROCESS_ENV, "CUDA_VISIBLE_DEVICES": ""}
     return {**TIMED_PROCESS_ENV, "CUDA_VISIBLE_DEVICES": device,
@@ -205,9 +198,8 @@ def child_env(device: str, gpus: list[int]) -> dict[str, str]:
 def _time_one(problem: Problem, visit: int, job: BaselineJob, secret: int,
               gpu: int | None, host_best_ms: float | None, tmp: Path):
     """One visit of `problem` in a fresh child on `gpu`: (its outcome, the gpu). A
-    launch-heavy problem is timed again for up to `job.host_wait_s` until the host has
-    shown its full pace, judged against the fastest probe earlier children made on its
-    core (host_state.timed_at_full_pace)."""
+    launch-heavy problem is retimed for up to `job.host_wait_s` until the host shows its
+    full pace (host_state.timed_at_full_pace)."""
     device = "cpu" if job.device == "cpu" else str(gpu if gpu is not None else 0)
     env = child_env(device, job.gpus)
     timing = job.timing.model_copy(
@@ -215,8 +207,7 @@ def _time_one(problem: Problem, visit: int, job: BaselineJob, secret: int,
     payload = {"code": problem.code, "precision": job.precision, "mode": job.mode,
                "timing": timing.model_dump(), "secret": secret, "visit": visit,
                "device": "cpu" if job.device == "cpu" else "cuda:0",
-               # launched from the core the eval's pairing uses for this GPU: a launch-
-               # bound reference is timed at the same host speed in every pass and eval
+               # the core the eval uses for this GPU: the same host speed in both
                "core": pinning.core_for(device),
                "host_pace": {"best_ms": host_best_ms, "wait_s": job.host_wait_s}}
     workdir = tmp / f"{problem.slug}_{visit}_{os.getpid()}_{gpu}"
@@ -228,9 +219,8 @@ def _time_one(problem: Problem, visit: int, job: BaselineJob, secret: int,
 
 def _merge(record: BaselineRecord | None, problem: Problem, visit: int, outcome,
            job: BaselineJob) -> BaselineRecord:
-    """The problem's record once `visit` came back: a failed visit fails the problem (a
-    later `--retry-failed` times it afresh); an ok one joins the visits before it, and
-    `timing` is the statistic over all of their calls."""
+    """The problem's record once `visit` came back: a failed visit fails the problem; an
+    ok one joins the visits before it, `timing` covering all of their calls."""
     base = dict(key=problem.key, source=problem.source, level=problem.level,
                 problem_id=problem.problem_id, name=problem.name)
     earlier = record.visits if record is not None and visit > 0 else []

@@ -1,5 +1,4 @@
-"""The child side of the baseline: build one reference, count its work (FLOPs and
-compulsory bytes, kb_eval/work.py) and time it (runs isolated)."""
+"""The baseline's child: build one reference, count its work and time it."""
 
 from __future__ import annotations
 
@@ -61,7 +60,6 @@ def _launch_share(timed: tuple[list[float], float | None]) -> float | None:
 
 
 def _peak(device: torch.device) -> int | None:
-    """The most device memory this child held at once: weights, a call's inputs (a fresh
-    set is drawn per call), outputs and temporaries, the L2-flush buffer. The eval plans
-    each problem's memory from it; None on a CPU."""
+    """The most device memory this child held at once (None on a CPU); the eval plans
+    each problem's memory from it."""
     return torch.cuda.max_memory_allocated() if device.type == "cuda" else None

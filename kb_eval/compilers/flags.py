@@ -1,5 +1,5 @@
-"""TVM's flags for the baseline (--tvm-tune, --tvm-no-arch beside --compile tvm) and the
-mode string they make. Imports neither torch nor tvm, so --help stays fast."""
+"""TVM's baseline flags (--tvm-tune, --tvm-no-arch) and the mode string they make.
+Imports neither torch nor tvm, so --help stays fast."""
 
 from __future__ import annotations
 

@@ -1,15 +1,11 @@
 """Apache TVM as a baseline: the reference exported with torch.export, imported to Relax,
-compiled for the device and called through the same timing module as eager.
+compiled for the device and timed like eager.
 
-CUDA: the target names the device's architecture (`sm_XX`, from torch) unless the mode
-asks for TVM's generic target; DLight's default GPU schedules (matmul, GEMV, reductions,
-fallback) are what `tvm.compile`'s CUDA pipeline applies to every function that tuning
-did not schedule. CPU: LLVM for the host. `--tvm-tune N` runs MetaSchedule with N trials
-per task first; its database lives in the cache, keyed by the module and target, so a
-second run applies it without tuning again.
-
-A mode string carries the options through the baseline's payload: `tvm`,
-`tvm-noarch`, `tvm-tune64`, `tvm-noarch-tune64`.
+CUDA targets name the device's architecture (`sm_XX`) unless the mode asks for the
+generic one; functions tuning did not schedule get DLight's default schedules. CPU: LLVM.
+`--tvm-tune N` runs MetaSchedule first, its database cached by module and target.
+The mode string (`tvm`, `tvm-noarch`, `tvm-tune64`, `tvm-noarch-tune64`) carries the
+options through the baseline's payload.
 """
 
 from __future__ import annotations
@@ -54,9 +50,8 @@ def is_tvm_mode(mode: str) -> bool:
     return mode == "tvm" or mode.startswith("tvm-")
 
 
-# "Without the architecture": a plain `cuda` target is not that, since TVM fills in the
-# architecture of the GPU it finds (sm_90 on an H100). So the generic target names TVM's
-# fallback explicitly: Maxwell's sm_50, no tensor cores, its PTX JIT-compiled by the driver.
+# A plain `cuda` target would take the GPU's own architecture, so the generic target
+# names Maxwell's sm_50 (no tensor cores) explicitly.
 GENERIC_CUDA_ARCH = "sm_50"
 
 
@@ -71,8 +66,7 @@ def make_target(device: torch.device, arch: bool = True):
 
 
 def target_facts(target, options: TvmOptions) -> dict:
-    """What the baseline record says about the build: the target as TVM prints it, the
-    architecture it compiled for, and whether that is the device's own or the generic one."""
+    """The build's facts for the baseline record: target, arch and where the arch came from."""
     arch = target.attrs.get("arch")
     return {"target": str(target), "arch": str(arch) if arch is not None else None,
             "arch_source": ("host (llvm)" if target.kind.name != "cuda" else "device"
@@ -117,8 +111,8 @@ def compile_tvm(model: torch.nn.Module, example_inputs: list, device: torch.devi
 
 
 def _import(model: torch.nn.Module, example_inputs: list):
-    """torch.export, then Relax with the weights as inputs (kept out of the IR, so a
-    BERT layer's 28 MB of weights are not folded into the compiled module)."""
+    """torch.export, then Relax with the weights as inputs (kept out of the IR, so large
+    weights are not folded into the compiled module)."""
     from tvm import relax
     from tvm.relax.frontend.torch import from_exported_program
     try:
@@ -169,10 +163,8 @@ def _first_line(e: BaseException) -> str:
 
 def baseline_callable(model: torch.nn.Module, module, secret: int, precision: str,
                       device: torch.device, mode: str) -> Callable:
-    """The baseline child's TVM model: exported on one set of the problem's inputs (in
-    its precision), then run on the fresh inputs of every timed call. Weights stay the
-    reference's; the tuning database goes to $KB_EVAL_TVM_CACHE. Returns (callable, the
-    build's facts: target_facts)."""
+    """(callable, target_facts) of the reference compiled by TVM, exported on one set of
+    the problem's inputs; the tuning database goes to $KB_EVAL_TVM_CACHE."""
     from kb_eval.harness import inputs_for
     example = inputs_for(module, secret, "tvm-export", precision, device)
     cache = Path(os.environ.get("KB_EVAL_TVM_CACHE", DEFAULT_CACHE))

@@ -6,11 +6,9 @@ that crashed) asks nothing twice.
     cache.get(key) -> Completion | None       # cached=True
     cache.put(key, completion, identity=..., messages=..., params=..., sample_index=..., turn=...)
 
-The key is the sha256 of (model identity, messages, sampling params, sample index, turn):
-the sample index keeps k samples of one prompt apart, the identity (name, API model id,
-base_url) keeps a changed config from serving stale answers. Files are written to a temp
-file and os.replace'd, so a file is either whole or absent; an unreadable one is a miss.
-Failed requests are not cached: they are asked again.
+The key covers the model identity (so a changed config serves no stale answers) and the
+sample index (k samples of one prompt stay apart). Files are written atomically; an
+unreadable one is a miss. Failed requests are not cached.
 """
 
 from __future__ import annotations

@@ -3,18 +3,14 @@
     client = ChatClient(endpoint, api_key, retry=RetryPolicy())
     completion = client.complete(messages)        # -> Completion, or raises (below)
 
-Make one client per endpoint and share it: it holds the endpoint's concurrency limit
-(a BoundedSemaphore of `max_concurrency`, held only while a request is in flight, not
-while waiting to retry). The openai SDK runs with max_retries=0; retries are ours (tenacity):
+Share one client per endpoint: it holds the endpoint's `max_concurrency` slots (only
+while a request is in flight, not while waiting to retry). Retries are tenacity's:
   * retried: timeouts, dropped connections, 408, 409, 429 and 5xx, with exponential
-    backoff and full jitter; a Retry-After (or retry-after-ms) header, when present, is the
-    wait instead (capped at `retry_after_max_s`);
-  * not retried: a server that cannot be reached (connection refused, unknown host).
-    Before the endpoint ever answered this is the user's to fix (UserError: no server
-    running, wrong base_url); after, it is one request's InferenceError;
-  * not retried: other 4xx. 401/402/403/404 are the user's to fix (key, balance, model id,
-    base_url) and raise UserError; the rest (400: e.g. prompt too long) raise
-    InferenceError, a per-request failure the run stage records and moves past.
+    backoff and jitter, or the server's Retry-After (capped at `retry_after_max_s`);
+  * an unreachable server (refused, unknown host): UserError before the endpoint ever
+    answered, else one request's InferenceError;
+  * 401/402/403/404: UserError (key, balance, model id, base_url); other 4xx (400:
+    e.g. prompt too long): InferenceError, which the run stage records and moves past.
 When all attempts fail, InferenceError says why, with the number of attempts.
 """
 
@@ -60,8 +56,7 @@ class RetryPolicy(BaseModel):
 
 def is_unreachable(exc: BaseException) -> bool:
     """No connection could be made (refused, unknown host, no route): waiting will not help.
-    The SDK's transport says so with its ConnectError (httpx's or a fork's, hence the
-    name); a connect *timeout* is a timeout, retried."""
+    Matched by class name (httpx's ConnectError or a fork's); a connect timeout is retried."""
     if not isinstance(exc, openai.APIConnectionError) or isinstance(exc, openai.APITimeoutError):
         return False
     return any(type(e).__name__ == "ConnectError" for e in _causes(exc))

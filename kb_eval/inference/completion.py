@@ -1,8 +1,7 @@
 """Completion: what every model's `generate` returns (API model, offline model, cache).
 
-`text` is the answer only; `reasoning` holds a reasoning model's thinking (DeepSeek's
-`reasoning_content`, vLLM's `reasoning`, or a leading <think>...</think> block), kept apart
-so that code extraction and the next turn's history never see it. Token counts are 0 when
+`text` is the answer only; `reasoning` holds a reasoning model's thinking, kept apart so
+that code extraction and the next turn's history never see it. Token counts are 0 when
 the server reports no usage; `cost` is None when the endpoint has no prices.
 """
 

@@ -4,9 +4,8 @@
     info = DeviceInfo(kind="gpu", name="NVIDIA H200", sm_count=132, ...)   # or by hand
     info = from_hardware(results_header.hardware)   # the GPU a results file was made on
 
-torch does not report memory bandwidth, so it comes from a small table of known GPUs
-(peak, from vendor data sheets) and is left unknown otherwise. Fields left None are shown
-as "unknown" in prompts.
+Memory bandwidth comes from a table of known GPUs' data-sheet peaks (torch does not
+report it). Fields left None are shown as "unknown" in prompts.
 """
 
 from __future__ import annotations

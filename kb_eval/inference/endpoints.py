@@ -5,9 +5,8 @@
     ep.request_params()   # the sampling params sent with each request (and cache-keyed)
     ep.cost(prompt_tokens, completion_tokens)             # USD or None
 
-Reasoning models (`reasoning: True`) get no temperature/top_p (o-series models refuse them;
-DeepSeek's reasoner ignores them), and their thinking is kept apart from the answer.
-Names in `BUILTIN_MODELS` answer offline (see models.py) and need no entry.
+Reasoning models (`reasoning: True`) get no temperature/top_p (o-series models refuse
+them). Names in `BUILTIN_MODELS` answer offline (models.py) and need no entry.
 """
 
 from __future__ import annotations

@@ -6,11 +6,9 @@
     result.code      # the chosen block (None for no_code/no_model_new)
     result.message   # one line for results and for the next turn's feedback
 
-Fences are Markdown's: a line of 3+ backticks or tildes (any info string, e.g. python),
-closed by a line of the same character at least as long. An unclosed block (an answer cut
-off at max_tokens) does not count. An answer with no fences at all is accepted only if the
-whole text is Python defining ModelNew. The code is checked with ast.parse only; it is never
-imported or run here.
+Fences are Markdown's (3+ backticks or tildes, closed by at least as many); an unclosed
+block (cut off at max_tokens) does not count. An answer with no fences is accepted only if
+the whole text is Python defining ModelNew. The code is only ast.parse'd here, never run.
 """
 
 from __future__ import annotations

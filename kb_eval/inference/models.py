@@ -4,16 +4,10 @@
                       cache_dir=run_dir / "inference_cache")
     completion = model.generate(messages, sample_index=0, turn=0, problem_key="bert/level1/3")
 
-Implementations:
-  * OpenAIModel: an OpenAI-compatible endpoint through client.ChatClient (thread-safe;
-    call it from the run stage's thread pool).
-  * ReferenceModel ("reference", offline): answers with the hand-written solution for the
-    problem, reference_kernels/solutions/<backend>/<file> where index.json maps the problem
-    key "<source>/level<N>/<id>" to <file>, in a fenced python block; zero tokens, zero cost.
-    A problem without a solution gets a plain-text answer (the eval then records no_code).
-  * CachedModel: wraps any model with a ResponseCache (cache.py); a hit sends nothing.
-    get_model() wraps API models in it when given a cache_dir.
-`problem_key` is only read by ReferenceModel; `turn` is part of the cache key.
+OpenAIModel asks an endpoint (thread-safe). ReferenceModel ("reference", offline)
+answers with the hand-written solution of reference_kernels/solutions/<backend>/, or a
+plain-text answer (recorded as no_code) where there is none; it alone reads `problem_key`.
+CachedModel wraps any model with a ResponseCache.
 """
 
 from __future__ import annotations
@@ -128,9 +122,8 @@ def get_model(name: str, models: Iterable[Mapping[str, Any] | ModelEndpoint], *,
               cache_dir: Path | str | None = None, retry: RetryPolicy | None = None,
               solutions_root: Path | str = SOLUTIONS_ROOT, precision: str = "fp32") -> Model:
     """The model called `name` (built-in or from MODELS). API models are cached under
-    `cache_dir` when given; the offline reference model never is (its answers are files
-    already, and a cache would hide edits to them). Raises UserError for an unknown name
-    or a missing API key, before any request is sent."""
+    `cache_dir` when given; the reference model never is (a cache would hide edits to its
+    files). UserError for an unknown name or a missing API key, before any request."""
     if name == ReferenceModel.name:
         return ReferenceModel(backend, solutions_root, precision)
     endpoint = resolve_model(name, models)

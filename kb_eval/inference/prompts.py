@@ -1,5 +1,4 @@
-"""Prompts: the words live in templates/ (string.Template files, ${name} placeholders);
-this module only fills them in.
+"""Prompts: the words live in templates/ (string.Template files); this module fills them.
 
     messages = build_prompt(problem_code, backend, precision, style, device_info)
         backend: cuda | triton | cpp;  precision: fp32 | fp16 | bf16
@@ -11,11 +10,10 @@ this module only fills them in.
     feedback = build_feedback(turn_result)      # the next user message of a refinement
     messages = next_turn_messages(messages, completion.text, feedback)
 
-`turn_result` is a TurnResult or a dict with its fields (others are ignored); `outcome`
-picks the template: no_code / no_model_new / syntax_error (extraction), compile_error,
-mismatch, correct; anything else (runtime_error, timeout, crash, ...) reads as a runtime
-failure. Logs are trimmed to the error lines. Only the answer text goes back into the
-history, never the reasoning (DeepSeek refuses reasoning_content in requests).
+`turn_result` (a TurnResult or a dict of its fields) picks the template by `outcome`:
+extraction failures, compile_error, mismatch, correct; anything else reads as a runtime
+failure. Only the answer text goes back into the history, never the reasoning (DeepSeek
+refuses reasoning_content in requests).
 """
 
 from __future__ import annotations

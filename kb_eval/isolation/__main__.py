@@ -1,5 +1,4 @@
-"""`python -m kb_eval.isolation [module[:cuda]][+serve]`: how every child starts (see
-kb_eval.isolation.child)."""
+"""`python -m kb_eval.isolation [module[:cuda]][+serve]`: how every child starts."""
 
 from kb_eval.isolation.child import child_main
 

@@ -1,8 +1,6 @@
-"""The child side: what runs in the child process (`python -m kb_eval.isolation`).
-
-It reads one task from its stdin (a server: tasks until stdin closes), calls
-`module:function(payload, workdir)` and writes the returned dict (or the exception) to the
-task's result file, renamed into place so that the parent never reads half of it."""
+"""The child side (`python -m kb_eval.isolation`): read one task from stdin (a server:
+tasks until stdin closes), call `module:function(payload, workdir)` and write the result
+or the exception to the task's result file, renamed into place so it is never half read."""
 
 from __future__ import annotations
 
@@ -20,25 +18,19 @@ CORES_VAR = "KB_EVAL_CORES"  # the cores a child may use (never a GPU timing cor
 
 def child_main(spec: str | None = None) -> None:
     """The child's whole life: start up, run its task (or a server's tasks), exit. `spec`
-    ("module[:cuda][+serve]") comes from the command line, or from the zygote that forked
-    this child (zygote.py)."""
-    # The expensive start-up, done while we wait as a spare: torch, the task's module,
-    # and (if asked) the CUDA context. "+serve": a Server (tasks until stdin closes).
+    ("module[:cuda][+serve]") comes from the command line or from the forking zygote."""
     if spec is None:
         spec = sys.argv[1] if len(sys.argv) > 1 else ""
         _sandbox_started_afresh()
     spec, _, serve = spec.partition("+")
-    # Builds run niced (KB_EVAL_NICE): compiling is throughput work, while a GPU left
-    # waiting on a run child's or the reference's CPU time is time lost for good.
+    # Builds run niced: a GPU left waiting for a run child's CPU time is time lost for good.
     os.nice(int(os.environ.get(NICE_VAR) or 0))
     if os.environ.get(CORES_VAR):
         os.sched_setaffinity(0, {int(c) for c in os.environ[CORES_VAR].split(",")})
     module, _, cuda = spec.partition(":")
     _preload(module, bool(cuda))
-    # What the start-up made (torch, our modules) lives as long as the process: frozen out
-    # of the cyclic collector, a full collection (timing.time_calls runs one before each
-    # timing, on both sides) walks only what came after: 70-100 ms less per collection.
-    # Reference counting still frees everything; a candidate's objects are never frozen.
+    # Start-up objects live as long as the process: frozen out of the cyclic collector,
+    # the full collection before each timing walks only what came after.
     gc.freeze()
     while line := sys.stdin.readline():
         run_task(json.loads(line))
@@ -51,9 +43,8 @@ def child_main(spec: str | None = None) -> None:
 
 
 def _sandbox_started_afresh() -> None:
-    """A child started afresh (not forked by a zygote) enters the sandbox here, before
-    torch: this process stays outside as the group's leader, waits for the sandboxed
-    child it forks and ends as it ended (the same exit status or signal)."""
+    """A child started afresh enters the sandbox here, before torch: this process stays
+    outside as the group's leader and ends as the sandboxed child it forks ended."""
     from kb_eval.isolation import sandbox
 
     policy = sandbox.policy_from_env()
@@ -76,9 +67,8 @@ def _sandbox_started_afresh() -> None:
 
 
 def _preload(module: str, cuda: bool) -> None:
-    """Import torch and the task's module, create the CUDA context if asked, then run the
-    module's `warm_up()` if it has one (what its first task would otherwise pay); a
-    failure here is left for the task itself to meet and report."""
+    """Import torch and the task's module, create the CUDA context if asked, and run the
+    module's `warm_up()` if any; a failure here is left for the task to meet and report."""
     import importlib
 
     loaded = {}

@@ -1,8 +1,6 @@
 """The parent's handle on one child process: start it, send it a task, watch it from
-outside (wall time, memory of its process group, size of its output) and kill it.
-
-One-shot children, spares and servers are all this same child; they differ only in how
-many tasks they are sent and when their stdin closes."""
+outside (wall time, group memory, output size) and kill it. One-shot children, spares
+and servers differ only in how many tasks they are sent."""
 
 from __future__ import annotations
 
@@ -26,6 +24,11 @@ POLL_S = 0.005  # how often a watcher looks whether its child is done (GPU lane:
 BUILD_POLL_S = 0.05  # builds take tens of seconds: their watchers wake less often
 
 
+def preload_spec(target: str, warm_cuda: bool) -> str:
+    """The child's preload ("module[:cuda]") for a task `target` ("module:function")."""
+    return target.partition(":")[0] + (":cuda" if warm_cuda else "")
+
+
 class Child:
     """One child process as the parent sees it; in LIVE from its start until kill_all."""
 
@@ -41,10 +44,9 @@ class Child:
 
     @classmethod
     def start(cls, env: dict | None, log_path: Path, preload: str = "") -> "Child":
-        """Start a child that imports torch and `preload` ("module[:cuda][+serve]": the
-        task's module, whether to create the CUDA context, a Server's child), then waits
-        for its task. Forked from the environment's zygote when it can (forkserver.py);
-        a Server's long-lived trusted child always starts afresh."""
+        """Start a child that imports torch and `preload` ("module[:cuda][+serve]"), then
+        waits for its task. Forked from the environment's zygote when it can; a Server's
+        child always starts afresh."""
         become_subreaper()
         if STOPPING.is_set():
             raise Stopped("the run is stopping")
@@ -94,13 +96,10 @@ class Child:
               done: Path | None = None, poll_s: float = POLL_S,
               budget: Callable[[], str | None] | None = None) -> str | None:
         """Wait for exit (or, for a server, for the task's result file `done`); return why
-        we killed it (None if it ended, or answered, by itself). `budget`, asked every
-        CHECK_S, names a time budget the child overran (a "timeout", kept in
-        `self.overran`)."""
+        we killed it (None if it ended by itself). `budget`, asked every CHECK_S, names a
+        time budget the child overran (a "timeout", kept in `self.overran`)."""
         deadline = time.monotonic() + timeout_s
-        # The first look at memory and output one CHECK_S in: a task that ends sooner has
-        # not run away, and each look scans /proc (ms: docs/PERFORMANCE.md), which was
-        # the first thing every reference server call did, 20 times per timing step.
+        # The first look at memory and output (a /proc scan, ms) one CHECK_S in.
         next_check = time.monotonic() + CHECK_S
         while self.proc.poll() is None and not (done is not None and done.exists()):
             now = time.monotonic()

@@ -1,6 +1,5 @@
-"""What became of a task: the verdict, read only after the child has ended (or, for a
-server, after its result file appeared), so that a crash cannot leave half a message
-behind."""
+"""What became of a task, read only after the child ended (or a server's result file
+appeared), so that a crash cannot leave half a message behind."""
 
 from __future__ import annotations
 

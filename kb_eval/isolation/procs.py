@@ -1,8 +1,7 @@
-"""Process hygiene for the parent: which children are alive, killing process groups,
-reaping the orphans they leave, and the /proc reads behind the memory and output limits.
-
-Children are watched from outside only (the parent never trusts what a child says about
-itself), so everything here works from process groups, /proc and file sizes."""
+"""Process hygiene for the parent: live children, killing process groups, reaping
+orphans, and the /proc reads behind the memory and output limits. The parent never
+trusts what a child says about itself: everything works from process groups, /proc and
+file sizes."""
 
 from __future__ import annotations
 
@@ -20,9 +19,8 @@ if TYPE_CHECKING:
     from kb_eval.isolation.handle import Child
 
 MARKER = "KB_EVAL_SANDBOX"
-# Which evaluator started a sandbox child: "<pid>:<start time in clock ticks>" (a pid can
-# be reused; with its start time it names one process). A child whose evaluator is gone
-# is ended by the next run (end_orphans_of_dead_runs).
+# Which evaluator started a sandbox child: "<pid>:<start ticks>" (a pid alone can be
+# reused). A child whose evaluator is gone is ended by the next run.
 OWNER = "KB_EVAL_OWNER"
 CHECK_S = 0.1  # how often memory and output size are checked
 
@@ -65,9 +63,8 @@ class Registry:
 
 
 LIVE = Registry()
-# Held from a child's start until it is in LIVE (Child.start: started afresh, or forked
-# and re-parented to us, forkserver.py), and by the reapers while they look for orphans:
-# a child being started is never taken for one.
+# Held from a child's start until it is in LIVE, and by the reapers while they look for
+# orphans: a child being started is never taken for one.
 ADOPTING = threading.Lock()
 
 
@@ -149,9 +146,7 @@ def proc_children() -> list[int]:
 def reap_orphans() -> None:
     """Kill and reap re-parented descendants of sandbox children (they carry MARKER),
     pass after pass while a pass found some: a killed orphan's own children are orphaned
-    only when it dies. One pass left a build's compiler running after its timeout (ninja
-    runs each command in a process group of its own: the compiler front died with the
-    pass, the compiler making a precompiled header under it ran on for 25 s)."""
+    only when it dies (ninja gives each command a process group of its own)."""
     if not sys.platform.startswith("linux"):
         return
     for _ in range(32):  # deeper than any process tree a build or a run makes
@@ -197,12 +192,9 @@ def owner_alive(tag: str) -> bool:
 
 
 def end_orphans_of_dead_runs() -> list[int]:
-    """Kill the process groups of this user's sandbox children whose evaluator is gone
-    (their OWNER names a process that no longer runs): left by a run killed outright
-    (SIGKILL, a benchmark's timeout), whose exit handlers never ran. A candidate stopped
-    for its paired timing's reference rounds (SIGSTOP) when that happened stays stopped
-    for ever, holding its device memory, and the next run's memory plans find the device
-    short (eval/schedule/leftovers.py). Run at a pool's start."""
+    """Kill the process groups of this user's sandbox children whose evaluator (OWNER) is
+    gone, left by a run killed outright; a SIGSTOPped one would hold its device memory
+    for ever. Run at a pool's start."""
     if not sys.platform.startswith("linux"):
         return []
     uid, ended = os.getuid(), []
@@ -232,9 +224,8 @@ def end_orphans_of_dead_runs() -> list[int]:
 
 
 def remove_left_by_dead(root: Path, prefix: str, keep: frozenset[str] = frozenset()) -> None:
-    """This user's folders `<prefix><pid>` under `root` whose process is gone (but those
-    named in `keep`): a run killed outright (SIGKILL or a lost machine) never reached the
-    exit handlers that remove its own. Another user's are never touched (root could)."""
+    """Remove this user's folders `<prefix><pid>` under `root` whose process is gone (a
+    run killed outright never removed its own), but those named in `keep`."""
     try:
         found = [p for p in root.iterdir() if p.name.startswith(prefix) and p.name not in keep]
     except OSError:
@@ -250,9 +241,8 @@ def remove_left_by_dead(root: Path, prefix: str, keep: frozenset[str] = frozense
 
 
 class ScratchDir:
-    """This process's scratch folder for `kind`: kb_eval_<kind>_<pid> under $TMPDIR, named
-    at first use, after removing those of processes that are gone (a run killed outright,
-    SIGKILL or a lost machine, never reached the exit handlers that remove their own)."""
+    """This process's scratch folder kb_eval_<kind>_<pid> under $TMPDIR, named at first
+    use, after removing those of processes that are gone."""
 
     def __init__(self, kind: str):
         self.kind = kind
@@ -291,7 +281,7 @@ def file_size(path: Path) -> int:
 
 class GroupRss:
     """Resident memory per process group, from one pass over /proc shared by every
-    watcher (a pass per watcher per check cost the parent a core with 16 builds)."""
+    watcher (a pass per watcher is too costly with many builds)."""
 
     def __init__(self):
         self.lock = threading.Lock()

@@ -1,11 +1,9 @@
 """What a sandboxed child tried that the sandbox refuses, named for its record.
 
-The sandbox (sandbox.py) is what refuses: the kernel denies the write, the signal, the
-connect. This only tells. An audit hook in the child (Python's `sys.addaudithook`, which
-cannot be removed) writes one line per attempt the sandbox forbids to `refused.jsonl` in
-the task's folder; the parent reads it after the child ended. Native code that never
-passes through Python's audited calls (a kernel's own syscall) is refused all the same,
-but may go untold: the flag is a report, not the defence.
+The sandbox (sandbox.py) refuses; this only tells. An audit hook in the child (which
+cannot be removed) writes one line per forbidden attempt to `refused.jsonl` in the task's
+folder, read by the parent after the child ended. Native code that bypasses Python's
+audited calls is refused all the same but may go untold: a report, not the defence.
 """
 
 from __future__ import annotations

@@ -7,27 +7,25 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from kb_eval.isolation.handle import Child
+from kb_eval.isolation.handle import Child, preload_spec
 from kb_eval.isolation.outcome import ChildOutcome, outcome
 
 # How often a call looks for the server's answer: a paired timing waits for 20 reference
-# rounds of a few milliseconds each (schedule/pairing.py), with its candidate stopped.
+# rounds of a few milliseconds each, with its candidate stopped.
 ANSWER_POLL_S = 0.001
 
 
 class Server:
-    """A long-lived child for trusted tasks only (never candidate code), so it can keep
-    what it loaded from one task to the next (the reference side keeps each problem's
-    model and outputs). Each `call` is watched like a one-shot child (timeout, memory,
-    output) and answers through its own result file; a server that was killed, died or
-    failed a task is ended, and the next call starts a fresh one, unless `survives`
-    says the task's exception left it sound."""
+    """A long-lived child for trusted tasks only (never candidate code), which keeps what
+    it loaded between tasks. Each `call` is watched like a one-shot child; a server that
+    was killed, died or failed a task is ended (unless `survives` says the task's
+    exception left it sound), and the next call starts a fresh one."""
 
     def __init__(self, target: str, env: dict | None, workdir: Path, warm_cuda: bool = False,
                  survives: Callable[[ChildOutcome], bool] | None = None):
         self.target, self.env, self.workdir = target, env, Path(workdir)
         self.survives = survives
-        self.preload = target.partition(":")[0] + (":cuda" if warm_cuda else "")
+        self.preload = preload_spec(target, warm_cuda)
         self.child: Child | None = None
         self.calls = 0
 

@@ -33,10 +33,8 @@ class Spares:
         return json.dumps([dict(os.environ), sandbox.roots_identity(env)], sort_keys=True)
 
     def take(self, env: dict | None, module: str) -> Child | None:
-        """The oldest spare for this environment, or None (none ready, or it died). A
-        spare inherited this process's environment when it started: one started before
-        that changed (a test arming a fault, a variable set between runs) is another
-        child, and is ended rather than used."""
+        """The oldest spare for this environment, or None (none ready, or it died). A spare
+        started before this process's environment changed is ended rather than used."""
         now, stale, child = self._inherited(env), [], None
         with self.lock:
             queue = self.waiting.get(self._key(env, module), [])

@@ -1,13 +1,10 @@
 """The zygote: `python -m kb_eval.isolation.zygote FD`, a process that has imported torch
-(and the task modules it was asked for) once, and forks a fresh child per task, so that a
-child costs a fork (milliseconds) instead of a Python + torch start (seconds of CPU).
+(and the task modules asked for) once and forks a fresh child per task, so that a child
+costs a fork (milliseconds) instead of a Python + torch start (seconds).
 
-It runs no task and no candidate code itself, and never touches CUDA: a process that
-initialised CUDA cannot be forked usefully, so each child opens its own context after the
-fork. Before every fork it checks that this still holds (the CUDA driver not initialised,
-no Python thread besides this one) and refuses otherwise; the parent then starts children
-the slow way (forkserver.py). A CUDA build of torch maps libcuda at import; mapped is
-harmless, initialised (cuInit, which starts the driver's threads) is not.
+It runs no task and no candidate code, and never initialises CUDA (a process that did
+cannot be forked usefully). Before every fork it checks that (and that no other Python
+thread runs) and refuses otherwise; the parent then starts children afresh.
 
 Protocol on the unix socket FD (one message each way per request):
   parent -> zygote: {"spec": "module[:cuda]"} with two fds: the task channel, the log.
@@ -30,9 +27,8 @@ import warnings
 
 from kb_eval.isolation import sandbox
 
-# OpenBLAS (numpy's) starts its idle worker threads at import; they hold no lock at rest
-# and re-initialise after a fork (PyTorch's DataLoader forks the same way). Python 3.12
-# warns about any fork with threads: the check that matters is ours (fork_hazard).
+# OpenBLAS's idle threads are safe across a fork; Python 3.12 warns about any fork with
+# threads, but the check that matters is ours (fork_hazard).
 warnings.filterwarnings("ignore", message=r".*fork\(\).*", category=DeprecationWarning)
 
 
@@ -110,10 +106,9 @@ def spawn(request: dict, fds: list[int], control: socket.socket) -> dict:
 
 
 def _middle(spec: str, fds: list[int], control: socket.socket) -> None:
-    """The process between the zygote and the child: it enters the sandbox's namespaces
-    (its child is process 1 of a new PID namespace), forks the child, tells the parent
-    the child's pid once the child is ready, and exits: the child re-parents to the
-    evaluator (a subreaper)."""
+    """Between the zygote and the child: enter the sandbox's namespaces, fork the child
+    (process 1 of a new PID namespace), send its pid once it is ready, and exit so that
+    it re-parents to the evaluator (a subreaper)."""
     code = 0
     try:
         policy = sandbox.policy_from_env()
@@ -135,9 +130,8 @@ def _middle(spec: str, fds: list[int], control: socket.socket) -> None:
 
 def _become_child(spec: str, fds: list[int], control: socket.socket,
                   policy: sandbox.Policy | None, ready: int) -> None:
-    """In the new child: its own session, the sandbox if asked, the task channel as
-    stdin, the log as stdout and stderr, no other descriptor of the zygote's; then the
-    child's usual life."""
+    """In the new child: its own session, the sandbox if asked, the task channel as stdin,
+    the log as stdout and stderr, no other zygote descriptor; then child_main."""
     try:
         os.setsid()
         task, log = fds

@@ -1,4 +1,4 @@
-"""python -m kb_eval.profile (see kb_eval/profile/cli.py for what it writes)."""
+"""python -m kb_eval.profile (kb_eval/profile/cli.py says what it writes)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,9 @@
-"""The profiler run, in a child process (kb_eval.isolation): build one model (a problem's
-reference, a candidate solution, or a BERT encoder), warm it up, record `steps` forwards
-with torch.profiler, write the Chrome trace, and return what happened per forward.
+"""The profiler run, in an isolated child: build one model, warm it up, record `steps`
+forwards with torch.profiler, write the Chrome trace, and return figures per forward.
 
 Time is attributed in units that add up to the total exactly: on CUDA each device
-activity (kernel, memcpy, memset) belongs to the CPU event that launched it (an aten
-operator, or our forward marker for kernels launched outside any operator, as C++/CUDA
-extensions do); on a CPU each event's self time inside the forward marker is a unit."""
+activity belongs to the CPU event that launched it (an aten operator, or the forward
+marker for extension kernels); on a CPU each event's self time inside the marker."""
 
 from __future__ import annotations
 
@@ -86,10 +84,9 @@ def _device_units(events) -> list[tuple[str, float]]:
 
 
 def unit_category(event, kernel_name: str | None = None) -> str:
-    """The category of time spent in `event` (or a kernel it launched): that of the
-    outermost aten operator around it that has one, so the clamp_min inside aten::relu
-    is activation and the addmm inside aten::linear matmul; copies stay memory/copy
-    wherever they happen (a copy inside aten::matmul is a copy)."""
+    """The category of time in `event` (or a kernel it launched): that of the outermost
+    categorised aten operator around it (clamp_min inside aten::relu is activation);
+    copies stay memory/copy wherever they happen."""
     own = category_of(event.name if event.name.startswith("aten::") else None, kernel_name)
     if own == "memory/copy":
         return own
@@ -114,11 +111,8 @@ def _cpu_units(events) -> list[tuple[str, float]]:
 
 
 def _op_rows(prof, events, on_cuda: bool, steps: int) -> list[dict]:
-    """One row per aten operator: calls, self/total time per forward, the kernels it
-    launched (name -> launches per forward), and the category its time is counted in by
-    the time-by-category table (unit_category: the clamp_min inside aten::relu is
-    activation there, so it is here too; an operator found under several, the one
-    with the most of its time)."""
+    """One row per aten operator: calls, times and kernel launches per forward, and the
+    category (unit_category) most of its time is counted in."""
     launched: dict[str, Counter] = defaultdict(Counter)
     counted_in: dict[str, Counter] = defaultdict(Counter)
     for e in events:

@@ -1,9 +1,6 @@
-"""Where time goes, in eight categories: each aten operator (or, for a kernel no aten
-operator launched, e.g. one of a C++/CUDA extension, the kernel's name) maps to one.
-
-Convolutions count as matmul (they run as implicit GEMMs); reductions (sum, mean, max,
-cumsum) as elementwise (memory-bound passes like it); views and allocations as
-memory/copy."""
+"""Where time goes, in eight categories, by aten operator (or by kernel name for kernels
+launched outside any operator). Convolutions count as matmul (implicit GEMMs),
+reductions as elementwise (memory-bound), views and allocations as memory/copy."""
 
 from __future__ import annotations
 
@@ -77,8 +74,7 @@ def kernel_category(kernel_name: str) -> str:
 
 
 def category_of(op_name: str | None, kernel_name: str | None = None) -> str:
-    """An operator's category, else its kernel's (our own extensions launch kernels
-    outside any aten operator: their names are all there is)."""
+    """An operator's category, else its kernel's (extension kernels have only a name)."""
     category = op_category(op_name) if op_name else "other"
     if category == "other" and kernel_name:
         return kernel_category(kernel_name)

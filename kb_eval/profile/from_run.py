@@ -1,6 +1,5 @@
-"""--model NAME --run RUN: the candidate a run answered for a problem, found in its
-results folder (<results-dir>/<model slug>/<run>/results.json, whose records name the
-answer's code under code/: kb_eval/run/records.py)."""
+"""--model NAME --run RUN: the candidate a run answered for a problem, found through its
+results.json records' `code_path`."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """Launch counts: how many kernels (CUDA) or aten operator calls (CPU) one forward makes,
-as torch.profiler sees them. One implementation for `python -m kb_eval.profile` (its
-profile.json) and for the eval records (the candidate's child and the reference server
-each count one profiled call after correctness, outside timing).
+for `python -m kb_eval.profile` and for the eval records (one profiled call per side,
+outside timing).
 
 Imported by the candidate's child: it must not import anything of the judge's."""
 
@@ -15,9 +14,8 @@ from torch.autograd.profiler import profile
 from torch.profiler import record_function
 
 FORWARD_MARK = "kb_eval::forward"
-# What `count` is in an eval record: kernels launched on the GPU (memcpy/memset apart), or
-# on a CPU, where nothing is launched, the aten operators called from outside any other
-# aten operator (each a trip through the dispatcher: aten::linear, not the addmm inside it).
+# An eval record's `count`: GPU kernels (memcpy/memset apart), or on a CPU the outermost
+# aten operator calls (aten::linear, not the addmm inside it).
 UNITS = {"cuda": "cuda_kernels", "cpu": "aten_ops"}
 
 
@@ -59,9 +57,8 @@ def count_launches(call: Callable[[], object], device: torch.device) -> dict:
     """One profiled `call()` (already warmed up by the caller): {"unit", "count"} plus the
     detail of `launch_counts`."""
     on_cuda = device.type == "cuda"
-    # The profiler torch.profiler.profile wraps, with the same activities: its own start
-    # asks hasattr(torch, "_inductor"), which imports inductor and dynamo (seconds in a
-    # fresh child: docs/PERFORMANCE.md).
+    # The autograd profiler, not torch.profiler.profile, whose start imports inductor
+    # (seconds in a fresh child: docs/PERFORMANCE.md).
     with torch.no_grad(), profile(use_cpu=True, use_device="cuda" if on_cuda else None,
                                        use_kineto=True) as prof:
         with record_function(FORWARD_MARK):
@@ -84,9 +81,8 @@ def count_or_error(call: Callable[[], object], device: torch.device) -> dict:
 
 
 def paired_counts(candidate: object, reference: object) -> dict:
-    """The eval record's `launches` (results.LaunchCounts) from the two sides' reports;
-    the candidate's is whatever its child sent, so only a whole number of the same unit
-    is taken from it."""
+    """The eval record's `launches` (results.LaunchCounts) from the two sides' reports.
+    The candidate's report is untrusted: only a whole number in the same unit is taken."""
     sides = {"candidate": candidate, "reference": reference}
     ref = reference if isinstance(reference, dict) else {}
     unit = ref.get("unit")

@@ -1,7 +1,6 @@
-"""What a profile run builds (in the child): a problem's reference, a candidate solution
-with the reference's weights, or a BERT-base encoder at a batch size and sequence length:
-our bundled encoder layer, or `transformers`' BertModel (12 layers, embeddings, random
-weights from a default BertConfig: nothing is downloaded)."""
+"""What a profile run builds in the child: a problem's reference, a candidate with the
+reference's weights, or a BERT-base encoder (the bundled layer, or `transformers`'
+BertModel with random weights: nothing is downloaded)."""
 
 from __future__ import annotations
 

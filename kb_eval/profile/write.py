@@ -9,6 +9,7 @@ import pandas as pd
 
 from kb_eval.profile.categories import CATEGORIES
 from kb_eval.report.tables import markdown_table
+from kb_eval.report.text import cut
 from kb_eval.results import write_json_atomic
 
 TOP_OPS = 15
@@ -66,14 +67,10 @@ def _report_md(config: dict, profile: dict, ops: pd.DataFrame, cats: pd.DataFram
 
 
 def _op_cells(r) -> dict:
-    kernels = ", ".join(f"{_short(k)} ×{n:g}" for k, n in list(r.kernels.items())[:3])
+    kernels = ", ".join(f"{cut(k, 60)} ×{n:g}" for k, n in list(r.kernels.items())[:3])
     return {"operator": r.op, "category": r.category, "calls": f"{r.calls:g}",
             "self ms": f"{r.self_ms:.4g}", "total ms": f"{r.total_ms:.4g}",
             "share": f"{r.share_pct:.1f} %", "kernels": kernels or "-"}
-
-
-def _short(name: str, limit: int = 60) -> str:
-    return name if len(name) <= limit else name[:limit - 1] + "…"
 
 
 def write_compare(out_dir: Path, label: str, reference: dict, candidate: dict) -> dict:

@@ -1,9 +1,7 @@
 """python -m kb_eval.report.baselines: eager, torch.compile and TVM baselines side by side.
 
-Reads every baseline file under <results-dir>/baseline/<hardware>/<source>/ and, per
-hardware, source and precision, makes one row per problem: each mode's median (ms) and,
-for the non-eager modes, the speedup over eager. A mode that failed on a problem shows
-its status (TVM's 'error' rows keep their reason in the file)."""
+Per hardware, source and precision under <results-dir>/baseline/, one row per problem:
+each mode's median (ms), or its status where it failed, and the speedup over eager."""
 
 from __future__ import annotations
 

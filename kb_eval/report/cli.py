@@ -1,6 +1,5 @@
 """`python -m kb_eval.report`: the leaderboard of the runs under results/, one ranking per
-group of comparable runs (kb_eval.report.runs), in the terminal, as Markdown, CSV or a
-self-contained HTML page."""
+group of comparable runs, as text, Markdown, CSV or an HTML page."""
 
 from __future__ import annotations
 
@@ -130,8 +129,7 @@ def write_out(path: Path, write) -> None:
 
 
 def check_output(path: Path) -> None:
-    """A file named by --csv/--html, checked before any work: a folder in its place, a
-    missing folder or a place we may not write is one line, not a late traceback."""
+    """Check a --csv/--html path before any work, so a bad one is a one-line UserError."""
     if path.is_dir():
         raise UserError(f"cannot write {path}: it is a folder")
     if not path.parent.is_dir():

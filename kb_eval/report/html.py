@@ -1,11 +1,9 @@
-"""`--html FILE`: one self-contained page (inline CSS and JS, figures as base64 PNG, each
-sample's verdict and code as inline JSON) that opens from disk with no network.
+"""`--html FILE`: one self-contained page (inline CSS, JS, base64 PNG and JSON) that opens
+from disk with no network; heat-map cells open the samples behind them.
 
-Per group of comparable runs: the model and level tables, the fast_p curve, the speedup
-distribution and a problem x model heat map whose cells open the samples behind them.
 Untrusted text (errors, model-written code) reaches the page only through JSON rendered
-with textContent, never as HTML. A page-level error handler writes any script error
-into #js-errors, so that a headless browser's DOM dump shows whether the page ran clean.
+with textContent, never as HTML. Script errors are written into #js-errors, so that a
+headless browser's DOM dump shows whether the page ran clean.
 """
 
 from __future__ import annotations
@@ -89,17 +87,15 @@ def html_table(rows: list[dict]) -> str:
     left = {"model", "run", "complete"}
     head = "".join(f"<th class={'l' if c in left else 'r'}>{_breakable(str(c))}</th>"
                    for c in rows[0])
-    # Headers and the text columns wrap, so that the models table fits a 1400 px page.
+    # Headers and text columns wrap to fit a 1400 px page; wider tables scroll.
     body = "".join("<tr>" + "".join(f"<td class=\"{'l w' if c in left else 'r'}\">"
                                     f"{html.escape(str(v))}</td>" for c, v in r.items())
                    + "</tr>" for r in rows)
-    # Tables wider still scroll sideways instead of running off the page.
     return f"<div class=wide><table><tr>{head}</tr>{body}</table></div>"
 
 
 def _breakable(name: str) -> str:
-    """A column name that may wrap after '/', '_' and '@' (samples/problem, fast_1.5,
-    pass@10): headers no wider than their numbers."""
+    """A column name that may wrap after '/', '_' and '@' (samples/problem, pass@10)."""
     return re.sub(r"([/_@])", r"\1<wbr>", html.escape(name))
 
 
@@ -121,8 +117,7 @@ def problem_order(key: str) -> tuple:
 
 
 def heat_map(gi: int, stats: list[RunStats], cells: dict, all_runs: bool) -> str:
-    """Rows: the group's problems; columns: its runs, best first as in the tables. Fills
-    `cells` with what each cell opens."""
+    """Problems x runs (best first); fills `cells` with what each cell opens."""
     stats = rank_order(stats)
     keys = sorted({k for st in stats for k in st.entry.run.problems_asked}, key=problem_order)
     head = "".join(f"<th>{html.escape(plots.run_label(st, all_runs))}</th>" for st in stats)

@@ -1,5 +1,5 @@
-"""The report's figures, drawn with matplotlib (Agg, no display) and returned as base64
-PNG so that the HTML page embeds them and needs no other file or network."""
+"""The report's figures, drawn with matplotlib (Agg) and returned as base64 PNG for the
+HTML page."""
 
 from __future__ import annotations
 
@@ -9,22 +9,31 @@ import math
 
 from kb_eval.eval.judge.score import counted_speedup, summarize
 from kb_eval.report.tables import RunStats
+from kb_eval.report.text import last_turns
 
 P_GRID = [i / 20 for i in range(0, 81)]  # fast_p for p in 0 .. 4
 
 
-def _png(fig) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+def pyplot():
+    """matplotlib.pyplot on the Agg backend (no display)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    plt.close(fig)
+    return plt
+
+
+def png(fig, **savefig) -> str:
+    """The figure as base64 PNG (closed after); tight at 90 dpi unless `savefig` says."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", **({"dpi": 90, "bbox_inches": "tight"} | savefig))
+    pyplot().close(fig)
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
 def times_ticks(axis) -> None:
-    """Label a log axis's ticks as speedups (`0.98×`, `1×`, `2×`), on the ticks matplotlib
-    would label anyway, rather than in scientific notation (`9.8×10⁻¹`)."""
+    """Label a log axis's ticks as speedups (`0.98×`, `2×`), not `9.8×10⁻¹`."""
     from matplotlib.ticker import LogFormatterSciNotation
 
     class Times(LogFormatterSciNotation):
@@ -40,14 +49,8 @@ def run_label(st: RunStats, all_runs: bool) -> str:
 
 
 def fast_p_curve(stats: list[RunStats], all_runs: bool = False) -> str:
-    """fast_p against p (0 to 4), one line per run: the share of problems solved
-    correctly and faster than p x the baseline."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 3.6))
+    """fast_p against p (0 to 4), one line per run."""
+    fig, ax = pyplot().subplots(figsize=(7, 3.6))
     for st in stats:
         run = st.entry.run
         s = summarize(run.samples, run.problems_asked, run.samples_per_problem,
@@ -59,31 +62,22 @@ def fast_p_curve(stats: list[RunStats], all_runs: bool = False) -> str:
            ylim=(0, 102), title="fast_p by threshold")  # 100% stays visible
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="upper right")
-    return _png(fig)
+    return png(fig)
 
 
 def speedup_distribution(stats: list[RunStats], all_runs: bool = False) -> str:
-    """Counted speedups of the last turns (correct, unflagged samples), one box and its
-    points per run, on a log axis (2x and 0.5x are the same distance from 1x)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    """Counted speedups of the last turns, one box and its points per run, log axis."""
     data, labels = [], []
     for st in stats:
-        last = {}
-        for r in st.entry.run.samples:
-            if (r.key, r.sample) not in last or r.turn >= last[(r.key, r.sample)].turn:
-                last[(r.key, r.sample)] = r
-        data.append([s for s in map(counted_speedup, last.values()) if s and s > 0])
+        last = last_turns(st.entry.run.samples)
+        data.append([s for s in map(counted_speedup, last) if s and s > 0])
         labels.append(run_label(st, all_runs))
-    fig, ax = plt.subplots(figsize=(7, 0.6 * len(stats) + 1.6))
+    fig, ax = pyplot().subplots(figsize=(7, 0.6 * len(stats) + 1.6))
     if not any(data):
         ax.text(0.5, 0.5, "no counted speedups (correct, unflagged samples)", ha="center",
                 va="center")
         ax.set_axis_off()
-        return _png(fig)
+        return png(fig)
     ax.boxplot([d or [math.nan] for d in data], orientation="horizontal", widths=0.5)
     for i, d in enumerate(data, start=1):
         ax.scatter(d, [i + 0.15 * math.sin(7 * j) for j in range(len(d))], s=12, alpha=0.6)
@@ -93,4 +87,4 @@ def speedup_distribution(stats: list[RunStats], all_runs: bool = False) -> str:
     ax.axvline(1.0, color="grey", linestyle=":", linewidth=1)
     ax.set(xlabel="speedup over the baseline (log scale)", title="speedup distribution")
     ax.grid(alpha=0.3, axis="x")
-    return _png(fig)
+    return png(fig)

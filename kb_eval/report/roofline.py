@@ -1,26 +1,22 @@
-"""Speed of light in the report: the sol_p cells beside fast_p, a sample's SOL text, and
-one roofline plot per run (matplotlib, base64 PNG for the HTML page).
+"""Speed of light in the report: the sol_p cells, a sample's SOL text, and one roofline
+plot per run (base64 PNG).
 
-The roofline: arithmetic intensity (the reference's FLOPs per compulsory byte) against
-the achieved FLOP/s, the memory ceiling (measured bandwidth x intensity) and the compute
-ceiling (the matmul peak at the run's precision) drawn; one filled point per correct
-sample, the reference's as hollow points. A problem of no counted FLOPs (elementwise,
-norms) stands at the left edge, at bytes/s x that edge's intensity, so that its height
-against the memory line is still its share of the bandwidth.
+The roofline plots arithmetic intensity (FLOPs per compulsory byte) against achieved
+FLOP/s under the memory and compute ceilings; filled points are samples, hollow ones the
+reference. A problem of no counted FLOPs stands at the left edge, at bytes/s x that
+edge's intensity, so its height against the memory line is still its bandwidth share.
 """
 
 from __future__ import annotations
 
-import base64
 import html
-import io
 from dataclasses import dataclass
 
 from kb_eval.eval.judge.score import is_correct, sol_p_name
+from kb_eval.report.text import last_turns, pct
 from kb_eval.results import RunFile, RunSummary, SampleRecord
 
-# The models table's: two thresholds beside fast_p (all of them would make it scroll
-# sideways at 1400 px); results.json and to_frame keep every one.
+# Two thresholds in the models table (more would not fit); results.json keeps every one.
 TABLE_SOL_COLS = (sol_p_name(0.5), sol_p_name(0.9))
 X_MIN = 1 / 16  # FLOP/byte: where problems of no counted FLOPs are drawn
 SIZE_IN, DPI = (7.0, 4.2), 90  # fixed: point pixels are computed from it (no tight bbox)
@@ -29,8 +25,7 @@ SAMPLE_COLOUR, REFERENCE_COLOUR = "#1f77b4", "#ff7f0e"
 
 def sol_cells(s: RunSummary) -> dict:
     """sol_p cells ("-" for a run from before speed-of-light shares)."""
-    return {name: "-" if name not in s.sol_p else f"{100 * s.sol_p[name]:.1f}%"
-            for name in TABLE_SOL_COLS}
+    return {name: pct(s.sol_p.get(name)) for name in TABLE_SOL_COLS}
 
 
 def sol_text(r: SampleRecord) -> str:
@@ -51,18 +46,10 @@ class Point:
     reference: bool
 
 
-def _last_turns(run: RunFile) -> list[SampleRecord]:
-    last: dict[tuple, SampleRecord] = {}
-    for r in run.samples:
-        if (r.key, r.sample) not in last or r.turn >= last[(r.key, r.sample)].turn:
-            last[(r.key, r.sample)] = r
-    return list(last.values())
-
-
 def roofline_points(run: RunFile) -> list[Point]:
     """One point per correct sample with a share, one hollow per problem's reference."""
     points, refs = [], {}
-    for r in _last_turns(run):
+    for r in last_turns(run.samples):
         if not is_correct(r) or r.sol is None or r.work is None or not r.work.bytes:
             continue
         x = max(r.work.intensity or 0.0, X_MIN)
@@ -83,12 +70,8 @@ def _ceilings(run: RunFile) -> tuple[float | None, float | None]:
 
 
 def draw(run: RunFile, title: str):
-    """The figure and the pixel (x, y from the top left) of each point, or None when no
-    sample of the run has a share."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    """The figure and each point's pixel (x, y from the top left); None without shares."""
+    from kb_eval.report.plots import pyplot
 
     points = roofline_points(run)
     bw, peak = _ceilings(run)
@@ -96,7 +79,7 @@ def draw(run: RunFile, title: str):
         return None
     xs = [p.x for p in points]
     lo, hi = X_MIN / 2, max(max(xs) * 4, (peak or 0) / bw * 4, 64.0)
-    fig, ax = plt.subplots(figsize=SIZE_IN, dpi=DPI)
+    fig, ax = pyplot().subplots(figsize=SIZE_IN, dpi=DPI)
     grid = [lo * (hi / lo) ** (i / 200) for i in range(201)]
     ax.plot(grid, [bw * x if not peak else min(bw * x, peak) for x in grid], color="grey",
             linewidth=1.5, label=f"ceilings: {bw / 1e9:.0f} GB/s" +
@@ -127,18 +110,14 @@ def roofline_png(run: RunFile, title: str) -> tuple[str, list] | None:
     drawn = draw(run, title)
     if drawn is None:
         return None
-    fig, pixels = drawn
-    import matplotlib.pyplot as plt
+    from kb_eval.report.plots import png
 
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI)  # no tight bbox: the pixels stay where drawn
-    plt.close(fig)
-    return base64.b64encode(buf.getvalue()).decode("ascii"), pixels
+    fig, pixels = drawn
+    return png(fig, dpi=DPI, bbox_inches=None), pixels  # not tight: pixels stay where drawn
 
 
 def roofline_html(stats: list, all_runs: bool) -> str:
-    """One roofline image per run of a report group that has shares (`stats`:
-    report.tables.RunStats)."""
+    """One roofline image per run (report.tables.RunStats) that has shares."""
     from kb_eval.report.plots import run_label
 
     out = []

@@ -1,13 +1,10 @@
 """Which runs a report compares, and with which others.
 
-Speedups are only comparable between runs timed on the same hardware, at the same
-precision, for the same backend, against the same kind of baseline (a baseline file
-timed earlier vs the reference timed live in the run) and over the same problems: such
-runs form a group, and a report ranks runs within a group, never across groups.
-By default each model counts with its latest *complete* run of a group (an interrupted
-run would rank on the problems it happened to finish); `--all-runs` shows them all. A run
-whose every record is an `inference_error` (the model never answered) is never complete:
-it measured nothing, and is shown as failed, not scored.
+Speedups are only comparable between runs of the same hardware, precision, backend,
+baseline kind (file or live) and problems: such runs form a group, ranked only within
+itself. By default each model counts with its latest *complete* run of a group (an
+interrupted run would rank on the problems it happened to finish). A run whose every
+record is an `inference_error` measured nothing: it is shown as failed, not scored.
 """
 
 from __future__ import annotations
@@ -31,8 +28,8 @@ class GroupKey:
 
     @property
     def problem_set(self) -> str:
-        """The source and a short fingerprint of the problems asked: two runs over
-        different problem lists of one source never share a ranking."""
+        """The source and a fingerprint of the problems asked (no shared ranking across
+        different problem lists)."""
         digest = hashlib.sha256("\n".join(self.problems).encode()).hexdigest()[:8]
         return f"{self.source} ({len(self.problems)} problems, #{digest})"
 
@@ -94,7 +91,7 @@ def never_answered(run: RunFile) -> bool:
 
 def find_runs(results_dir: Path) -> list[RunEntry]:
     """Every results/<model>/<run>/results.json; a broken file is named on stderr and
-    skipped so that it cannot hide the others."""
+    skipped."""
     entries = []
     for path in sorted(Path(results_dir).glob("*/*/results.json")):
         if path.parts[-3] == "baseline":

@@ -1,7 +1,5 @@
-"""What the HTML report shows of each sample when it is clicked: its verdict and the code
-that was judged, found in the run's code/ folder (kb_eval.run saves every answer's code
-there and records `code_path`; failing that, a file whose sha256 is the record's
-`source_sha256`)."""
+"""What the HTML report shows of a clicked sample: its verdict and the judged code, found
+by the record's `code_path` or else by `source_sha256` in the run's code/ folder."""
 
 from __future__ import annotations
 
@@ -10,6 +8,7 @@ from pathlib import Path
 
 from kb_eval.eval.judge.score import counted_speedup, is_correct
 from kb_eval.report.roofline import sol_text
+from kb_eval.report.text import last_turns
 from kb_eval.results import SampleRecord
 
 MAX_CODE_CHARS = 200_000  # one huge answer must not make the page unusable
@@ -69,8 +68,7 @@ def sample_view(r: SampleRecord, finder: CodeFinder) -> dict:
 
 
 def launches_text(r: SampleRecord) -> str | None:
-    """'candidate 1 / reference 2 aten_ops per forward' (the candidate's count is its own
-    child's report)."""
+    """'candidate 1 (its own report) / reference 2 aten_ops per forward'."""
     n = r.launches
     if n is None:
         return None
@@ -80,18 +78,15 @@ def launches_text(r: SampleRecord) -> str | None:
 
 
 def cell_summary(records: list[SampleRecord]) -> tuple[float | None, str]:
-    """A heat-map cell: the best counted speedup of the last turns, else the status that
-    got furthest (correct but uncounted > incorrect > runtime > compile failure)."""
-    last: dict[int, SampleRecord] = {}
-    for r in records:
-        if r.sample not in last or r.turn >= last[r.sample].turn:
-            last[r.sample] = r
-    speedups = [s for s in map(counted_speedup, last.values()) if s]
+    """A heat-map cell of one problem's records: the best counted speedup of the last
+    turns, else the status that got furthest (correct > incorrect > ... > compile_error)."""
+    last = last_turns(records)
+    speedups = [s for s in map(counted_speedup, last) if s]
     if speedups:
         return max(speedups), "correct"
     order = ("correct", "incorrect", "runtime_error", "timeout", "oom", "crashed",
              "output_flood", "compile_error")
-    statuses = [r.status for r in last.values()]
+    statuses = [r.status for r in last]
     for status in order:
         if status in statuses:
             return None, status

@@ -1,10 +1,8 @@
-"""The report's tables: one row per run (per model by default) and one per run and
-level, as display strings shared by every output format, so that the terminal, Markdown,
-CSV and HTML say the same thing the same way: rates in %, a missing value as "-".
+"""The report's tables, one row per run and one per run and level, as display strings
+shared by every output format (rates in %, a missing value as "-").
 
-Scores are recomputed from the records with kb_eval.eval.judge.score (the same code that
-wrote the run's summary), so that a per-level row and an interrupted run (--all-runs)
-are scored exactly like a whole run.
+Scores are recomputed from the records with kb_eval.eval.judge.score, so that per-level
+rows and interrupted runs are scored exactly like a whole run.
 """
 
 from __future__ import annotations
@@ -15,7 +13,7 @@ from datetime import datetime
 from kb_eval.eval.judge.score import FAST_P, PASS_K, fast_p_name, summarize_levels
 from kb_eval.report.roofline import sol_cells
 from kb_eval.report.runs import RunEntry
-from kb_eval.report.text import usage_totals
+from kb_eval.report.text import pct, usage_totals
 from kb_eval.results import RunSummary, level_of
 
 MISSING = "-"
@@ -51,10 +49,6 @@ def run_stats(entry: RunEntry) -> RunStats:
 
 
 # ------------------------------------------------------------------ formatting
-def pct(x: float | None) -> str:
-    return MISSING if x is None else f"{100 * x:.1f}%"
-
-
 def money(x: float | None) -> str:
     return MISSING if x is None else f"${x:.4f}"
 
@@ -145,9 +139,7 @@ def markdown_table(rows: list[dict]) -> str:
 
 
 def rich_table(title: str, rows: list[dict]):
-    """A rich Table of the rows (the caller checked that rich is installed), and the
-    console width it needs: every cell is shown whole, as in the plain table, rather than
-    cut to "…" on a narrow terminal."""
+    """A rich Table of the rows and the console width that shows every cell whole."""
     from rich.table import Table
 
     table = Table(title=title, title_justify="left")

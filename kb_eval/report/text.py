@@ -9,8 +9,6 @@ from typing import Iterable
 
 from kb_eval.results import RunFile, SampleRecord
 
-USAGE_FIELDS = ("prompt_tokens", "completion_tokens", "cost", "latency_s")
-
 
 def text_table(rows: list[dict]) -> str:
     """Rows of equal keys as left-aligned columns (numbers right-aligned)."""
@@ -48,7 +46,7 @@ def usage_totals(records: Iterable[SampleRecord]) -> dict:
 
 
 # ------------------------------------------------------------------ one run
-def _pct(x: float | None) -> str:
+def pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"  # "-": missing, as in every table
 
 
@@ -65,27 +63,27 @@ def summary_table(run: RunFile) -> str:
     usage = getattr(run, "usage", None) or usage_totals(run.samples)
     rows = [("problems asked", s.problems), ("samples per problem", s.samples_per_problem),
             ("samples recorded (last turns)", s.samples),
-            ("compiled rate", _pct(s.compiled_rate)), ("correct rate", _pct(s.correct_rate))]
-    rows += [(name, _pct(v)) for name, v in s.fast_p.items() if name in ("fast_1", "fast_2")]
-    rows += [(name, _pct(v)) for name, v in s.fast_p.items() if name not in ("fast_1", "fast_2")]
-    rows += [(name, _pct(v)) for name, v in s.sol_p.items()]  # >= p of speed of light
+            ("compiled rate", pct(s.compiled_rate)), ("correct rate", pct(s.correct_rate))]
+    rows += [(name, pct(v)) for name, v in s.fast_p.items() if name in ("fast_1", "fast_2")]
+    rows += [(name, pct(v)) for name, v in s.fast_p.items() if name not in ("fast_1", "fast_2")]
+    rows += [(name, pct(v)) for name, v in s.sol_p.items()]  # >= p of speed of light
     # the same, counting only speedups whose 95 % interval lies above p
-    rows += [(f"{name}_sig", _pct(v)) for name, v in s.fast_p_sig.items()
+    rows += [(f"{name}_sig", pct(v)) for name, v in s.fast_p_sig.items()
              if name in ("fast_1", "fast_2")]
     geo = f"{s.geomean_speedup:.3f}x" if s.geomean_speedup else "- (no speedup counted)"
     rows.append(("geomean speedup (correct)", geo))
     if s.geomean_vs_baseline:  # the baseline file's figure, beside the paired one
         rows.append(("geomean vs baseline file", f"{s.geomean_vs_baseline:.3f}x"))
-    uncounted = Counter(code for r in _last_turns(run.samples) for code in uncounted_codes(r))
+    uncounted = Counter(code for r in last_turns(run.samples) for code in uncounted_codes(r))
     if uncounted:  # correct, but left out of fast_p and the geomean: say so
         rows.append(("speedups not counted", ", ".join(
             f"{code} {n}" for code, n in sorted(uncounted.items())) + " (fast_p, geomean)"))
-    rows += [(name, _pct(v)) for name, v in s.pass_at_k.items()]
+    rows += [(name, pct(v)) for name, v in s.pass_at_k.items()]
     for name, lv in s.levels.items():  # the same figures per level, in one line each
         lgeo = f"{lv.geomean_speedup:.3f}x" if lv.geomean_speedup else "-"
         rows.append((f"{name} ({lv.problems} problems)",
-                     f"correct {_pct(lv.correct_rate)}, fast_1 "
-                     f"{_pct(lv.fast_p.get('fast_1'))}, geomean {lgeo}"))
+                     f"correct {pct(lv.correct_rate)}, fast_1 "
+                     f"{pct(lv.fast_p.get('fast_1'))}, geomean {lgeo}"))
     rows.append(("status counts", ", ".join(f"{k} {v}" for k, v in
                                             sorted(s.status_counts.items())) or "-"))
     tokens = usage["prompt_tokens"] + usage["completion_tokens"]
@@ -96,7 +94,8 @@ def summary_table(run: RunFile) -> str:
     return text_table([{"metric": m, "value": str(v)} for m, v in rows])
 
 
-def _last_turns(records: Iterable[SampleRecord]) -> list[SampleRecord]:
+def last_turns(records: Iterable[SampleRecord]) -> list[SampleRecord]:
+    """The last turn recorded of each (problem, sample)."""
     last: dict[tuple[str, int], SampleRecord] = {}
     for r in records:
         if (r.key, r.sample) not in last or r.turn >= last[(r.key, r.sample)].turn:
@@ -132,11 +131,10 @@ def uncounted_reason(r) -> str | None:
 
 
 def samples_table(run: RunFile, max_rows: int = 40) -> str:
+    """One row per recorded sample turn, with the first line of its error or why its
+    speedup is not counted; past max_rows, a count."""
     from kb_eval.report.roofline import sol_text  # its scoring imports stay off this path
 
-    """One row per recorded sample turn, by level, problem, sample, turn, with the first
-    line of its error, or why its speedup is not counted (the rest is in results.json);
-    past max_rows, a count."""
     ordered = sorted(run.samples, key=lambda r: (r.level, r.problem_id, r.sample, r.turn))
     rows = [{"problem": r.key, "sample": r.sample, "turn": r.turn, "status": r.status,
              "speedup [95% CI]": _speedup(r), "sol": sol_text(r),

@@ -1,5 +1,5 @@
-"""The command: check the flags and the model before any work, find (or continue) the run,
-then prepare, run and print the tables. `entry` is what `python -m kb_eval.run` calls."""
+"""`python -m kb_eval.run` (`entry`): check the flags and the model, find or continue the
+run, then prepare, run and print the tables."""
 
 from __future__ import annotations
 

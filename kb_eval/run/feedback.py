@@ -1,6 +1,5 @@
-"""Turns (--turns): a sample is a chain of conversations with the model. Turn 0 is the
-task prompt; each later turn is the previous messages, the model's answer and the
-feedback from evaluating that answer (build error, output mismatch or timing)."""
+"""Turns (--turns): a sample is a chain of conversations. Turn 0 is the task prompt; each
+later turn adds the model's answer and the feedback from evaluating it."""
 
 from __future__ import annotations
 
@@ -31,8 +30,7 @@ def first_turns(problems: list, args, ctx, recorded: dict) -> tuple[list[Chain],
 
 
 def next_turn(chain: Chain, record, completion) -> None:
-    """Move `chain` to its next turn: the model's answer and the feedback on its record
-    are appended to the conversation."""
+    """Append the answer and the feedback on its record to `chain`; advance its turn."""
     from kb_eval.eval import feedback_fields
     from kb_eval.inference.prompts import build_feedback, next_turn_messages
 

@@ -1,6 +1,5 @@
-"""What a run needs before the first question: the problems the model is asked, the eval
-context (with its baseline), and the results file, set up so that a resumed run stays one
-run."""
+"""What a run needs before the first question: the problems asked, the eval context
+and the results file (reopened on --resume)."""
 
 from __future__ import annotations
 
@@ -11,8 +10,8 @@ from kb_eval.run.flags import CPU_QUICK, RESUMED_FLAGS
 
 
 def answerable(model, problems: list, precision: str) -> list:
-    """The offline reference model is asked only what it has solutions for (a missing
-    solution is a gap in our collection, not a model's failure to score)."""
+    """The problems the reference model has solutions for (a missing one is a gap in our
+    collection, not a failure to score)."""
     from kb_eval.solutions import pick
 
     index = model.index()  # no solutions for this backend at all: a UserError
@@ -28,9 +27,8 @@ def answerable(model, problems: list, precision: str) -> list:
 
 
 def prepare_context(config, problems, stored: dict):
-    """The eval context; without a usable baseline file (missing, or lacking a problem),
-    the reference is timed live instead, with a note, unless a file was asked for
-    (--baseline-compile) or the resumed run used one (as kb_eval.eval does)."""
+    """The eval context; without a usable baseline file the reference is timed live (with
+    a note), unless a compiled baseline was asked for or the resumed run used a file."""
     from kb_eval.eval.schedule.context import create_checked
 
     may_go_live = (config.baseline_mode == "eager"
@@ -70,8 +68,8 @@ def make_writer(path: Path, ctx, **kw):
 
 
 def open_writer(run_dir: Path, run: str, ctx, model, endpoint, args, problems: list):
-    """The run's results file, created or (with --resume) reopened, and saved at once with
-    what this run is: the flags a later --resume takes back, and the model asked."""
+    """The run's results file, created or reopened, saved at once with the flags a later
+    --resume takes back and the model asked."""
     from kb_eval.results import Producer, stored_producer
 
     # Read before the writer rewrites the file: a resumed run lists every invocation.

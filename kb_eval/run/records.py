@@ -1,18 +1,14 @@
-"""What the run adds to the eval records: each answer's inference facts (tokens, cost,
-latency, where its code was saved), and the records of answers that are never
-evaluated (no usable code, or no answer at all), made here in the same schema."""
+"""What the run adds to the eval records: each answer's inference facts, and the records
+of answers that are never evaluated (no usable code, or no answer)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-# The statuses of answers whose code cannot be evaluated (kb_eval.inference.extract).
-EXTRACTION_FAILURES = ("no_code", "no_model_new", "syntax_error")
-
 
 def answer_meta(run_dir: Path, model_name: str, chain, completion, code: str | None) -> dict:
-    """The record fields that come from the answer, not from its evaluation; the code is
-    saved under code/ so that every record can be looked at (and rerun) later."""
+    """The record fields that come from the answer; the code is saved under code/ so that
+    every record can be looked at (and rerun) later."""
     code_path = None
     if code is not None:
         rel = Path("code") / (f"{chain.problem.slug}_sample{chain.sample}"

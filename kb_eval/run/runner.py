@@ -1,9 +1,8 @@
 """The runner loop: inference threads ask the model, one thread feeds kb_eval.eval.evaluate,
-and the main thread reacts to what they report (see kb_eval.run for the picture).
+and the main thread reacts to their events (kb_eval.run has the picture).
 
-Only the main thread touches state (records, the writer, the progress bar, the chains'
-turns): the other threads just put events on a queue. That keeps the run free of locks
-beyond the queues, and a Ctrl-C in the main thread stops everything in one place."""
+Only the main thread touches state, so the run needs no locks beyond the queues and a
+Ctrl-C stops everything in one place."""
 
 from __future__ import annotations
 
@@ -38,8 +37,8 @@ class Runner:
 
     # ---------------------------------------------------------------- driving
     def run(self, problems: list) -> None:
-        """Ask and evaluate every chain still to do; returns when each has ended (or
-        raises what stopped the run, after the threads were told to stop)."""
+        """Ask and evaluate every chain still to do; returns when each has ended, or raises
+        what stopped the run once the threads were told to stop."""
         from kb_eval.progress import progress_bar
 
         chains, todo = first_turns(problems, self.args, self.ctx, self.recorded)
@@ -176,8 +175,7 @@ class Runner:
 
     # ---------------------------------------------------------------- progress
     def _count(self, record) -> None:
-        """Tally a record of this session for the progress bar's postfix (records of a
-        resumed run's earlier sessions are not in the bar's total, nor in its counts)."""
+        """Tally a new record for the progress bar's postfix."""
         from kb_eval.eval.judge.score import is_correct, is_fast
 
         self.counts["compiled"] += bool(record.compiled)
