@@ -171,7 +171,7 @@ class SampleRecord(BaseModel):
     # The verdict's: a speedup that no flag voids (the score applies its own rule,
     # judge/score.counted_speedup; this says it in the file). None: not judged.
     speedup_counted: bool | None = None
-    # --executor ray (schedule/ray_executor.py): the lane that judged it ("node/device"),
+    # the Ray executor (schedule/ray_executor.py): the lane that judged it ("node/device"),
     # and one note per lane that died while judging it (it was queued again).
     lane: str | None = None
     requeued: list[str] | None = None

@@ -1,4 +1,5 @@
-"""`--executor ray`: builds and device lanes on a Ray cluster, driven from this process.
+"""The Ray executor (`--ray-address`): builds and device lanes on a Ray cluster, driven
+from this process.
 
     submit() ──► build threads ──► build_on_node (Ray task, 0.8 CPU, any node; writes the
                                    │               shared build cache)
@@ -13,11 +14,11 @@ The driver (this process) keeps the run's secret, hands each lane only the deriv
 the problem it judges (ray_lane.ProblemFacts), and alone writes results.json (api.py's
 RunWriter, as locally).
 
-The build cache is shared through a path (--cache-dir) that every node sees at the same
-place, not shipped as bytes: a run child's load_inline re-runs ninja on the build folder,
-whose files name absolute paths and are judged by their times, the precompiled header is
-hundreds of MB and shared by every C++ build, and a path keeps one build per source
-cluster-wide and across runs. A node that does not see the driver's marker file in the
+The build cache is shared through a path (DEFAULTS cache_dir) that every node sees at
+the same place, not shipped as bytes: a run child's load_inline re-runs ninja on the build
+folder, whose files name absolute paths and are judged by their times, the precompiled
+header is hundreds of MB and shared by every C++ build, and a path keeps one build per
+source cluster-wide and across runs. A node that does not see the driver's marker file in the
 cache refuses to work (ray_lane.shared_cache_error).
 
 Faults: a lane that dies mid-sample (ray.kill, its node gone) has its sample queued again
