@@ -34,17 +34,19 @@ DEFAULTS = dict(
     backend="auto",           # cuda | triton | cpp; auto = cuda with a GPU, cpp without
     precision="fp32",         # fp32 (TF32 off) | fp16 | bf16
     results_dir="results",
-    cache_dir=".cache/kb_eval",
-    warmup=5,                 # untimed calls before timing
+    cache_dir=".cache/kb_eval",  # build cache and scratch (Ray: a path every node sees)
+    warmup=5,                 # untimed calls before timing (at most, with a timing budget)
     trials=100,               # timed calls (GPU)
     cpu_trials=5,             # timed calls for cpp candidates on the CPU (CPU runs are slow)
     cpu_warmup=1,             # untimed calls before those
     correct_trials=5,         # correctness trials, each with fresh inputs
     baseline_visits=1,        # kb_eval.baseline on a GPU: children per problem, a sweep apart
-    build_timeout_s=600,
-    run_timeout_s=300,
+    build_timeout_s=600,      # seconds per build
+    run_timeout_s=300,        # seconds per candidate run
     mem_limit_mb=16000,       # host memory per child process
-    # Tuning knobs without a flag (docs/FLAGS.md, "Tuning"), e.g.: lane_depth=3 (children in
-    # flight per device; unset: 3 on a GPU, 1 on a CPU), cpu_lanes=1, load_budget_s=90,
-    # call_budget_s=30, recheck_timed=8, timing_budget_ms=100.
+    # Knobs without a flag (docs/FLAGS.md, "Settings in config.py"), e.g.: lane_depth=3
+    # (children in flight per device; unset: 3 on a GPU, 1 on a CPU), cpu_lanes=1,
+    # load_budget_s=90, call_budget_s=30, recheck_timed=8, timing_budget_ms=100,
+    # count_launches=None (kernel launches per forward; None: on the CPU only),
+    # profile_steps=5, profile_warmup=3, profile_cpu_steps=2, profile_cpu_warmup=1.
 )

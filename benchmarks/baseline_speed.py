@@ -22,7 +22,7 @@ from pathlib import Path
 def one_pass(source: str, precision: str, output: Path, extra: list[str]) -> tuple[float, dict]:
     t0 = time.monotonic()
     cmd = [sys.executable, "-m", "kb_eval.baseline", "--source", source, "--precision",
-           precision, "--warmup", "5", "--trials", "100", "--output", str(output), "--force",
+           precision, "--trials", "100", "--output", str(output), "--force",
            "--quiet", *extra]
     subprocess.run(cmd, check=True)
     return time.monotonic() - t0, json.loads(output.read_text())

@@ -4,7 +4,7 @@
     python benchmarks/eval_throughput.py --corpus /tmp/kb_corpus   # a folder of candidates
     python benchmarks/eval_throughput.py --synthetic     # GPU: 100 generated CUDA candidates
     python benchmarks/eval_throughput.py --synthetic --backend cpp --n 4 --trials 5   # CPU smoke
-    python benchmarks/eval_throughput.py --executor ray [--ray-address HOST:PORT]   # on Ray
+    python benchmarks/eval_throughput.py --ray-address HOST:PORT|auto|local   # on Ray
 
 By default the corpus of benchmarks/corpus/make_corpus.py (levels 1-3, in the shapes
 trained models write: load_inline at import, in __init__ or in forward, CUDA graphs,
@@ -21,10 +21,10 @@ the same sources again (every build is a cache hit). Each pass: 5 correctness tr
 cores: cold <= 6 min, warm <= 2 min for 100 candidates. `--corpus` evaluates a folder of
 level<L>_problem<ID>_sample<S>.py candidates over `--source` problems instead.
 
-`--executor ray` runs both passes on a Ray cluster (`--ray-address`, as `python -m
-kb_eval.eval` takes them): joined once before pass 1 (the seconds it took printed apart),
-so both passes share it; each pass starts its own lane actors. Run the command once with
-`--executor local` and once with `--executor ray` to compare. On a cluster of several
+`--ray-address` runs both passes on a Ray cluster (as `python -m kb_eval.eval` takes it;
+`local` starts a one-machine cluster): joined once before pass 1 (the seconds it took
+printed apart), so both passes share it; each pass starts its own lane actors. Run the
+command once without it and once with it to compare. On a cluster of several
 machines, --workdir must be a path every node sees (the build cache lives there).
 
 Each pass prints samples/s; the timing lock's share of the wall, the lock wait per sample
@@ -353,7 +353,7 @@ def summarize(label: str, records: list, config: EvalConfig, devices: int, t0: f
           f"({wall / max(len(records), 1):.2f} s/candidate); statuses {dict(statuses)}; "
           f"cache hits {hits}")
     if config.executor == "ray":  # builds and lanes run in Ray's workers, not our children
-        print("  children's CPU: not seen from the driver with --executor ray")
+        print("  children's CPU: not seen from the driver with --ray-address")
     else:
         print(f"  children's CPU: {cpu:.0f} core-seconds, {cpu / wall:.1f} cores busy on "
               f"average (of {os.cpu_count()})")
@@ -375,7 +375,7 @@ def summarize(label: str, records: list, config: EvalConfig, devices: int, t0: f
         print(f"  flags: {dict(flags.most_common())}")
     print(f"  sample wall (submit to record) median {statistics.median(runs):.1f} s", flush=True)
     lanes = Counter(r.lane for r in records if getattr(r, "lane", None))
-    if lanes:  # --executor ray: the Ray lane (node/device) that judged each sample
+    if lanes:  # --ray-address: the Ray lane (node/device) that judged each sample
         print(f"  samples per Ray lane: {dict(lanes)}", flush=True)
     phases = [r.phases for r in records]
     print("  " + busy_share(phases, wall, devices), flush=True)
@@ -424,12 +424,13 @@ def write_records(path: Path, passes: dict, args) -> None:
                     "wall_s": r.wall_s, "phases": r.phases}
                    for r in records]
             for name, records in passes.items() if records}
-    path.write_text(json.dumps({"lane_depth": args.lane_depth, "executor": args.executor,
+    executor = "ray" if args.ray_address else "local"
+    path.write_text(json.dumps({"lane_depth": args.lane_depth, "executor": executor,
                                 "passes": rows}, indent=1))
 
 
 def ray_devices(gpu: bool) -> int:
-    """The lanes --executor ray starts: each GPU of the cluster, or each live node's CPU."""
+    """The lanes the Ray executor starts: each GPU of the cluster, or each live node's CPU."""
     import ray
 
     if gpu:
@@ -467,7 +468,7 @@ def main() -> int:
                    "4096 on GPU, 256 on CPU)")
     p.add_argument("--cols", type=int, default=None, help="columns (default: 4096 / 256)")
     p.add_argument("--workdir", type=Path, default=None, help="keep files here (default: tmp;"
-                   " with --executor ray on several machines: a path every node sees)")
+                   " with --ray-address on several machines: a path every node sees)")
     p.add_argument("--lane-depth", type=int, default=None,
                    help="candidate children in flight per device (1: one at a time; default: "
                         f"the commands', {GPU_LANE_DEPTH} on a GPU and 1 on a CPU)")
@@ -498,10 +499,10 @@ def main() -> int:
                    "status, speedup and speedup_ci per pass to this JSON file (two such "
                    "files: benchmarks/compare_records.py); every ten samples too, the "
                    "pass in progress as <pass>_so_far, so a killed run keeps them")
-    add_executor_flags(p)  # --executor, --ray-address: as python -m kb_eval.eval
+    add_executor_flags(p)  # --ray-address: as python -m kb_eval.eval
     for action in p._actions:  # here the build cache lives under --workdir
-        if action.dest == "executor":
-            action.help = action.help.replace("--cache-dir", "--workdir")
+        if action.dest == "ray_address":
+            action.help = action.help.replace("DEFAULTS cache_dir", "--workdir")
     args = p.parse_args()
     t0 = time.monotonic()
     try:  # joins the cluster now (Ray missing, a wrong address: one line)
@@ -561,7 +562,7 @@ def main() -> int:
     what = (f"{len(pairs)} candidates of {args.corpus} over "
             f"{len({p.key for p, _, _ in pairs})} problems of {args.source}" if args.corpus
             else f"{args.n} distinct {args.backend} candidates over {len(PROBLEMS)} problems")
-    print(f"{what}, executor {args.executor}, "
+    print(f"{what}, executor {config.executor}, "
           f"{args.jobs} build jobs, {args.correct_trials} correctness trials, "
           f"at most {args.trials} timed calls ({args.timing_budget_ms:g} ms budget); "
           f"cache {config.cache_dir}", flush=True)

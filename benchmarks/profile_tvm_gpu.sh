@@ -3,8 +3,8 @@
 #   setup  join the carried halves of tvm-wheels.tar, check them, install TVM in /tmp/site-tvm
 #   bert   python -m kb_eval.profile --bert at B16xS512 and B1xS128, fp32 and bf16
 #   base   python -m kb_eval.baseline on the ops suite and KernelBench level 1 problems 1-20:
-#          eager, TVM with the GPU's arch (sm_90), TVM with the generic sm_50 (--tvm-no-arch),
-#          torch.compile (default mode); one problem at a time, each file written as it goes
+#          eager, TVM with the GPU's arch (sm_90), TVM with the generic sm_50
+#          (--compile tvm-noarch), torch.compile (default mode); one problem at a time, each file written as it goes
 #   summary  $OUT/summary.md: BERT category shares and launches, the baselines side by side
 #          (python -m kb_eval.report.baselines) and each TVM file's target
 # `all` (the default) runs them in that order; done work is skipped (baseline --resume,
@@ -71,7 +71,7 @@ baseline() {  # source, extra selection flags..., then the mode's flags after --
 }
 
 base() {
-  for mode in "" "--compile tvm" "--compile tvm --tvm-no-arch" "--compile default"; do
+  for mode in "" "--compile tvm" "--compile tvm-noarch" "--compile default"; do
     baseline ops -- $mode
     baseline "$KB" --level 1 --problems 1-20 -- $mode
   done

@@ -164,16 +164,14 @@ def parser(defaults) -> Parser:
                    help="where the copies run: cuda (GPU) or cpp (CPU); auto: cuda with a "
                         "GPU (default: auto)")
     h.add_argument("--trials", type=int, default=None,
-                   help=f"timed calls per copy (default: {defaults.trials} on GPU, "
-                        f"{defaults.cpu_trials} on CPU)")
-    h.add_argument("--correct-trials", type=int, default=defaults.correct_trials,
-                   help=f"correctness trials per copy (default: {defaults.correct_trials})")
+                   help=f"timed calls per copy; correctness trials: DEFAULTS correct_trials "
+                        f"(default: {defaults.trials} on GPU, {defaults.cpu_trials} on CPU)")
     h.add_argument("--out", type=Path, default=None,
                    help="the JSON report (default: <results-dir>/check/<hardware>/"
                         "harness_<source>_<precision>.json)")
     h.add_argument("--results-dir", type=Path, default=defaults.results_dir,
                    help=f"where results live (default: {defaults.results_dir})")
-    add_execution_flags(p, defaults)
+    add_execution_flags(p)
     return p
 
 
@@ -194,7 +192,7 @@ def harness_main(args, d) -> int:
                             trials=args.trials or (d.cpu_trials if cpu else d.trials),
                             budget_ms=d.timing_budget_ms)
     config = EvalConfig(backend=backend, precision=args.precision, timing=timing,
-                        correct_trials=args.correct_trials, live_baseline=True,
+                        correct_trials=d.correct_trials, live_baseline=True,
                         results_dir=args.results_dir, **execution_config(args, d, cpu))
     return run_harness_check(problems, config, args.out, args.source)
 

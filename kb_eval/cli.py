@@ -1,7 +1,7 @@
 """What every command line shares: one-line errors for user mistakes, exit code 2, the
 selection flags (source, level, problems, name), --results-dir, counts whose default
-depends on the device (--trials, --warmup), and the flags of how candidates are built and
-run (eval and run both evaluate)."""
+depends on the device (--trials), and the flags of how candidates are built and run (eval
+and run both evaluate); the finer knobs are the config's DEFAULTS (kb_eval/settings.py)."""
 
 from __future__ import annotations
 
@@ -103,7 +103,7 @@ def add_precision_flag(p: argparse.ArgumentParser, default: str) -> None:
 
 def add_count_flag(p: argparse.ArgumentParser, flag: str, what: str, gpu: int, cpu: int,
                    on_cpu: str = "on CPU") -> None:
-    """A count (--trials, --warmup, ...) whose default depends on the device: None here,
+    """A count (--trials, ...) whose default depends on the device: None here,
     filled in once the device is known."""
     p.add_argument(flag, type=int, default=None,
                    help=f"{what} (default: {gpu} on GPU, {cpu} {on_cpu})")
@@ -115,7 +115,7 @@ def add_results_dir_flag(p: argparse.ArgumentParser, default: Path, what: str) -
 
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")  # torch.compile's modes
-# Baseline files of Apache TVM builds (`kb_eval.baseline --compile tvm [--tvm-no-arch]`)
+# Baseline files of Apache TVM builds (`kb_eval.baseline --compile tvm` or `tvm-noarch`)
 TVM_BASELINES = ("tvm", "tvm-noarch")
 
 
@@ -141,12 +141,6 @@ def add_checking_flags(p: argparse.ArgumentParser) -> None:
                         "fails; kernelbench = allclose at --atol/--rtol. Every record carries "
                         "both verdicts; a problem file may name its own (KB_TOLERANCE) "
                         "(default: f64)")
-    g.add_argument("--count-launches", action=argparse.BooleanOptionalAction, default=None,
-                   help="record each correct sample's kernel launches per forward, the "
-                        "candidate's and the reference's (one profiled call each, after "
-                        "timing; never scored). Default: on for the cpp backend, off on a "
-                        "GPU, where starting the profiler (CUPTI) costs 5-7 s per candidate "
-                        "process on an H100")
     g.add_argument("--keep-workdirs", action="store_true",
                    help="keep each sample's scratch folder (outputs, logs) for debugging")
     g.add_argument("--live-baseline", action="store_true",
@@ -158,8 +152,8 @@ def add_checking_flags(p: argparse.ArgumentParser) -> None:
                    choices=[*COMPILE_MODES, *TVM_BASELINES],
                    help="score against the torch.compile baseline file made by `python -m "
                         "kb_eval.baseline --compile MODE` (one of "
-                        f"{', '.join(COMPILE_MODES)}), or the Apache TVM one (tvm: "
-                        "`--compile tvm`; tvm-noarch: `--compile tvm --tvm-no-arch`), instead "
+                        f"{', '.join(COMPILE_MODES)}), or the Apache TVM one (tvm, "
+                        "tvm-noarch: `--compile tvm` or `--compile tvm-noarch`), instead "
                         "of the eager one; a missing file is an error, never replaced by "
                         "live timing. With --live-baseline: the reference compiled so is "
                         "timed in this run (built once per problem in the reference "
@@ -228,21 +222,19 @@ def lane_depth(defaults, cpu: bool) -> int:
     return 1 if cpu else GPU_LANE_DEPTH
 
 
-def add_execution_flags(p: argparse.ArgumentParser, defaults) -> None:
+def add_execution_flags(p: argparse.ArgumentParser) -> None:
     """Where and how candidates build and run (kb_eval.eval, kb_eval.run, kb_eval.check);
-    the finer knobs are the config's DEFAULTS (execution_config)."""
-    g = p.add_argument_group("building and running candidates")
+    the build cache, the time limits and the finer knobs are the config's DEFAULTS
+    (execution_config)."""
+    g = p.add_argument_group("building and running candidates",
+                             "build cache, build and run time limits, memory per child and "
+                             "more: DEFAULTS in config.py (cache_dir, build_timeout_s, "
+                             "run_timeout_s, ...; docs/FLAGS.md)")
     g.add_argument("--jobs", type=int, default=None,
                    help="parallel builds (default: the CPU cores + 25%%: builds have serial "
                         "gaps, and run niced so GPU work never waits)")
     g.add_argument("--gpus", default=None,
                    help="GPU ids to evaluate on, comma-separated (default: all visible)")
-    g.add_argument("--build-timeout", type=float, default=defaults.build_timeout_s,
-                   help=f"seconds per build (default: {defaults.build_timeout_s:g})")
-    g.add_argument("--run-timeout", type=float, default=defaults.run_timeout_s,
-                   help=f"seconds per candidate run (default: {defaults.run_timeout_s:g})")
-    g.add_argument("--cache-dir", type=Path, default=defaults.cache_dir,
-                   help=f"build cache and scratch space (default: {defaults.cache_dir})")
     g.add_argument("--no-sandbox", action="store_true",
                    help="run candidates without the sandbox (their own namespaces, no "
                         "network, no secrets, writes only to their scratch: "
@@ -253,19 +245,20 @@ def add_execution_flags(p: argparse.ArgumentParser, defaults) -> None:
 
 
 def execution_config(args, defaults, cpu: bool) -> dict:
-    """EvalConfig fields from add_execution_flags' flags, and the tuning knobs that only
-    the config's DEFAULTS set (lane depth, CPU lanes, time budgets, memory per child, timed
-    calls re-checked, timing budget: docs/FLAGS.md, "Tuning"). `cpu`: candidates run on
-    the CPU."""
+    """EvalConfig fields from add_execution_flags' flags, and the knobs that only the
+    config's DEFAULTS set (build cache, time limits, lane depth, CPU lanes, time budgets,
+    memory per child, timed calls re-checked, launch counting: docs/FLAGS.md, "Settings in
+    config.py"). `cpu`: candidates run on the CPU."""
     if args.jobs is not None and args.jobs < 1:
         raise UserError(f"--jobs must be at least 1 (got {args.jobs})")
     check_gpus_visible(args.gpus)
-    writable_dir(args.cache_dir, "--cache-dir")
-    cfg = dict(cache_dir=Path(args.cache_dir).resolve(), build_timeout_s=args.build_timeout,
-               run_timeout_s=args.run_timeout, mem_limit_mb=defaults.mem_limit_mb,
+    writable_dir(defaults.cache_dir, "DEFAULTS.cache_dir")
+    cfg = dict(cache_dir=Path(defaults.cache_dir).expanduser().resolve(),
+               build_timeout_s=defaults.build_timeout_s,
+               run_timeout_s=defaults.run_timeout_s, mem_limit_mb=defaults.mem_limit_mb,
                lane_depth=lane_depth(defaults, cpu), cpu_lanes=defaults.cpu_lanes,
                load_budget_s=defaults.load_budget_s, call_budget_s=defaults.call_budget_s,
-               recheck_timed=defaults.recheck_timed,
+               recheck_timed=defaults.recheck_timed, count_launches=defaults.count_launches,
                devices=[g.strip() for g in args.gpus.split(",")] if args.gpus else None)
     if args.jobs:
         cfg["jobs"] = args.jobs

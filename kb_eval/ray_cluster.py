@@ -1,9 +1,11 @@
-"""The flags of `--executor ray` and joining the cluster. Light on purpose (no torch, no
-kb_eval.eval, Ray imported only when asked for): --help and flag errors answer at once.
+"""The Ray executor's flag (--ray-address) and joining the cluster. Light on purpose (no
+torch, no kb_eval.eval, Ray imported only when asked for): --help and flag errors answer
+at once.
 The executor itself is kb_eval/eval/schedule/ray_executor.py."""
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import signal
@@ -17,41 +19,44 @@ INSTALL = "pip install 'kb-eval[ray]' (ray==2.60.0)"
 
 
 def add_executor_flags(p) -> None:
-    """--executor and --ray-address (kb_eval.eval and kb_eval.run)."""
+    """--ray-address (kb_eval.eval and kb_eval.run): given, the run goes to Ray."""
     g = p.add_argument_group("one machine or a Ray cluster")
-    g.add_argument("--executor", choices=["local", "ray"], default="local",
-                   help="local: builds and device lanes on this machine; ray: builds as Ray "
-                        "tasks and each GPU (cpp: each node's CPU) as a Ray actor across the "
-                        "cluster, this process keeping the secret and writing the results; "
-                        f"needs {INSTALL} and --cache-dir on a path every node sees "
-                        "(default: local)")
-    g.add_argument("--ray-address", default=None, metavar="ADDR",
-                   help="with --executor ray: the cluster to join, host:port of its head "
-                        "(`ray start --head` prints it) or auto (default: $RAY_ADDRESS, else "
-                        "a new one-machine cluster for this run)")
+    g.add_argument("--ray-address", default=None, metavar="ADDR", type=_address,
+                   help="run on a Ray cluster: builds as Ray tasks and each GPU (cpp: each "
+                        "node's CPU) as a Ray actor, this process keeping the secret and "
+                        "writing the results. ADDR: the head's host:port (`ray start --head` "
+                        "prints it), auto ($RAY_ADDRESS, else the cluster started last on "
+                        "this machine) or local (a new one-machine cluster for this run). Needs "
+                        f"{INSTALL} and DEFAULTS cache_dir on a path every node sees "
+                        "(default: no Ray, builds and device lanes on this machine)")
+
+
+def _address(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("give the head's host:port, auto or local")
+    return text.strip()
 
 
 def executor_config(args) -> dict:
     """EvalConfig fields from the flags; with Ray, joins the cluster now, so that Ray
     missing or a wrong address costs one line before any work."""
-    if args.executor != "ray":
-        if args.ray_address:
-            raise UserError("--ray-address needs --executor ray")
+    if args.ray_address is None:
         return {}
     if getattr(args, "gpus", None):
-        raise UserError("--gpus picks GPUs of this machine; with --executor ray every GPU "
+        raise UserError("--gpus picks GPUs of this machine; with --ray-address every GPU "
                         "of the cluster gets a lane")
     connect(args.ray_address)
     return {"executor": "ray", "ray_address": args.ray_address}
 
 
 def connect(address: str | None) -> bool:
-    """Join (or, with no address, start) the Ray cluster; True when this call started
-    it. UserError when Ray is missing or the cluster cannot be reached."""
+    """Join the Ray cluster at `address`, or start one (local, or no address and no
+    $RAY_ADDRESS); True when this call started it. UserError when Ray is missing or the
+    cluster cannot be reached."""
     try:
         import ray
     except ImportError:
-        raise UserError(f"--executor ray needs Ray: {INSTALL}") from None
+        raise UserError(f"the Ray executor (--ray-address) needs Ray: {INSTALL}") from None
     if ray.is_initialized():
         return False
     shown = f"--ray-address {address}"
@@ -64,17 +69,17 @@ def connect(address: str | None) -> bool:
     # 15); ours (kb_eval.cli.run_cli) stops the run as Ctrl-C does, the same as locally.
     sigterm = signal.getsignal(signal.SIGTERM)
     try:
-        if address:
+        if address and address != "local":
             ray.init(address=address, namespace=NAMESPACE, logging_level=logging.WARNING)
-        else:
-            ray.init(namespace=NAMESPACE, include_dashboard=False,
+        else:  # a new cluster on this machine
+            ray.init(address=address, namespace=NAMESPACE, include_dashboard=False,
                      logging_level=logging.WARNING)
         if callable(sigterm) and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, sigterm)
     except Exception as e:  # noqa: BLE001 - Ray raises several kinds; all mean "cannot join"
         line = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
         hint = ("; a cluster started with token authentication (Ray 2.60's default) also "
-                "needs RAY_AUTH_MODE=token here" if address and address != "auto"
+                "needs RAY_AUTH_MODE=token here" if address not in (None, "auto", "local")
                 and "RAY_AUTH_MODE" not in os.environ else "")
         raise UserError(f"{shown if address else 'a local Ray cluster'}: cannot start or "
                         f"join Ray ({line}){hint}") from None

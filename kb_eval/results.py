@@ -151,8 +151,8 @@ class SampleRecord(BaseModel):
     sol: SolShare | None = None
     # A speedup that no flag voids (judge/score.counted_speedup). None: not judged.
     speedup_counted: bool | None = None
-    # --executor ray: the lane that judged it ("node/device"), and one note per lane
-    # that died while judging it (it was queued again).
+    # The Ray executor (--ray-address): the lane that judged it ("node/device"), and one
+    # note per lane that died while judging it (it was queued again).
     lane: str | None = None
     requeued: list[str] | None = None
     # The answer's facts (run/records.py; code_path is the eval stage's too), None where

@@ -39,7 +39,17 @@ class Defaults(BaseModel):
     load_budget_s: float = Field(90, gt=0)  # a candidate's import, init and first call
     call_budget_s: float = Field(30, gt=0)  # each later call
     mem_limit_mb: int = Field(16000, ge=256)
-    # Tuning knobs without a flag (docs/FLAGS.md, "Tuning"): stand-in device lanes on a
+    # Each correct sample's kernel launches per forward (one profiled call per side, after
+    # timing; never scored). None: on the CPU only; on a GPU starting the profiler (CUPTI)
+    # costs 5-7 s per candidate process (H100), so a GPU run counts only when set True.
+    count_launches: bool | None = None
+    # kb_eval.profile: forwards recorded (figures are per forward) and forwards before
+    # them, on a GPU and on the CPU.
+    profile_steps: int = Field(5, ge=1)
+    profile_warmup: int = Field(3, ge=0)
+    profile_cpu_steps: int = Field(2, ge=1)
+    profile_cpu_warmup: int = Field(1, ge=0)
+    # Tuning knobs (docs/FLAGS.md, "Settings in config.py"): stand-in device lanes on a
     # CPU (CI), timed calls whose outputs are checked too, and the timing budget per sample
     # in ms (0: always `trials`); kb_eval.eval's EvalConfig and TimingSettings carry them.
     cpu_lanes: int = Field(1, ge=1, le=8)

@@ -42,7 +42,7 @@ def test_baseline_records_crash_continues_and_resumes(tmp_path):
     for name, body in PROBLEMS.items():
         (level / name).write_text(TEMPLATE.format(body=body))
     args = ["--source", str(tmp_path / "probs"), "--results-dir", str(tmp_path / "res"),
-            "--warmup", "1", "--trials", "5"]
+            "--trials", "5"]  # and 1 warm-up call: the config's cpu_warmup
     r = run_baseline(*args, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     out = tmp_path / "res" / "baseline" / "cpu" / "local-probs" / "fp32.json"
@@ -86,8 +86,8 @@ def test_visits_split_the_trials_and_a_resumed_run_makes_the_missing_ones(tmp_pa
     for name in ("1_scale.py", "3_softmax.py"):
         (level / name).write_text(TEMPLATE.format(body=PROBLEMS[name]))
     out = tmp_path / "b.json"
-    args = ["--source", str(tmp_path / "probs"), "--output", str(out), "--warmup", "1",
-            "--trials", "5", "--visits", "2"]
+    args = ["--source", str(tmp_path / "probs"), "--output", str(out), "--trials", "5",
+            "--visits", "2"]
     r = run_baseline(*args, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     data = json.loads(out.read_text())

@@ -58,7 +58,7 @@ def test_baseline_stops_at_once_and_keeps_what_it_timed(tmp_path, sig):
     shutil.copy(kit.PROBLEMS / "level1" / "1_ScaleAdd.py", problems / "1_ScaleAdd.py")
     (problems / "2_Slow.py").write_text(SLOW.format(pids=str(pids)))
     cmd = [sys.executable, "-m", "kb_eval.baseline", "--source", str(problems.parent),
-           "--device", "cpu", "--trials", "3", "--warmup", "1", "--output", str(out),
+           "--device", "cpu", "--trials", "3", "--output", str(out),
            "--results-dir", str(tmp_path / "res"), "--quiet"]
     proc = subprocess.Popen(cmd, cwd=kit.REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, preexec_fn=lambda: signal.signal(signal.SIGINT,

@@ -12,24 +12,29 @@ from candidates import eval_kit as kit
 
 pytestmark = pytest.mark.slow
 
-RUN_TIMEOUT = "20"
+RUN_TIMEOUT = 20
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory, build_cache_dir):
+def config(tmp_path_factory, build_cache_dir) -> dict:
+    """The config the runs here read: the session's build cache, a short run timeout."""
+    return kit.tuned_config(tmp_path_factory.mktemp("config"), cache_dir=build_cache_dir,
+                            warmup=1, run_timeout_s=RUN_TIMEOUT)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, config):
     """One CLI run over every cpp candidate (both problems), live baseline."""
     results = tmp_path_factory.mktemp("results")
     proc = kit.cli("--candidates", str(kit.CPP), "--source", str(kit.PROBLEMS),
-                   "--backend", "cpp", "--live-baseline", "--trials", "3", "--warmup", "1",
-                   "--run-timeout", RUN_TIMEOUT, "--jobs", "2", "--name", "testmodel",
-                   "--run", "r1", "--results-dir", str(results),
-                   "--cache-dir", str(build_cache_dir))
+                   "--backend", "cpp", "--live-baseline", "--trials", "3", "--jobs", "2",
+                   "--name", "testmodel", "--run", "r1", "--results-dir", str(results),
+                   env=config)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     path = results / "testmodel" / "r1" / "results.json"
     data = json.loads(path.read_text())
     by_sample = {(s["problem_id"], s["sample"]): s for s in data["samples"]}
-    return {"data": data, "by": by_sample, "proc": proc, "results": results, "path": path,
-            "cache": build_cache_dir}
+    return {"data": data, "by": by_sample, "proc": proc, "results": results, "path": path}
 
 
 def test_every_sample_recorded(run):
@@ -139,17 +144,16 @@ def test_header(run):
     assert "secret" not in json.dumps(d["config"])
 
 
-def test_resume_skips_recorded(run, build_cache_dir):
+def test_resume_skips_recorded(run, config):
     proc = kit.cli("--candidates", str(kit.CPP), "--source", str(kit.PROBLEMS),
                    "--backend", "cpp", "--live-baseline", "--name", "testmodel",
-                   "--resume", "--results-dir", str(run["results"]),
-                   "--cache-dir", str(build_cache_dir))
+                   "--resume", "--results-dir", str(run["results"]), env=config)
     assert proc.returncode == 0, proc.stderr
     assert "0 sample(s) to evaluate (12 already recorded)" in proc.stdout
     assert len(json.loads(run["path"].read_text())["samples"]) == 12
 
 
-def test_resume_evaluates_only_missing(run, tmp_path, build_cache_dir):
+def test_resume_evaluates_only_missing(run, tmp_path, config):
     """Drop two records; --resume evaluates exactly those two again."""
     data = json.loads(run["path"].read_text())
     results = tmp_path / "results"
@@ -160,8 +164,7 @@ def test_resume_evaluates_only_missing(run, tmp_path, build_cache_dir):
     target.write_text(json.dumps(data))
     proc = kit.cli("--candidates", str(kit.CPP), "--source", str(kit.PROBLEMS),
                    "--backend", "cpp", "--live-baseline", "--name", "testmodel", "--run", "r1",
-                   "--resume", "--trials", "2", "--results-dir", str(results),
-                   "--cache-dir", str(build_cache_dir))
+                   "--resume", "--trials", "2", "--results-dir", str(results), env=config)
     assert proc.returncode == 0, proc.stderr
     assert "2 sample(s) to evaluate (10 already recorded)" in proc.stdout
     after = json.loads(target.read_text())
@@ -182,13 +185,13 @@ def test_missing_baseline_file_times_live_as_run_does(tmp_path, build_cache_dir)
     """Without a baseline file the eval times the reference live and says so (as
     kb_eval.run does); a file asked for by name (--baseline-compile) must exist."""
     cand = ["--candidates", str(kit.CPP / "level1_problem1_sample1.py"),
-            "--source", str(kit.PROBLEMS), "--backend", "cpp", "--results-dir", str(tmp_path),
-            "--cache-dir", str(build_cache_dir)]
-    line = _one_line_error(kit.cli(*cand, "--baseline-compile", "default"))
+            "--source", str(kit.PROBLEMS), "--backend", "cpp", "--results-dir", str(tmp_path)]
+    config = kit.tuned_config(tmp_path / "config", cache_dir=build_cache_dir, warmup=1,
+                              correct_trials=1)
+    line = _one_line_error(kit.cli(*cand, "--baseline-compile", "default", env=config))
     assert "baseline/cpu/local-" in line and "/fp32_compile-default.json is missing" in line
     assert "--compile default" in line and "--live-baseline" in line
-    done = kit.cli(*cand, "--name", "nofile", "--trials", "2", "--warmup", "1",
-                   "--correct-trials", "1", "--quiet")
+    done = kit.cli(*cand, "--name", "nofile", "--trials", "2", "--quiet", env=config)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "/fp32.json is missing" in done.stdout
     assert "timing the PyTorch reference live in this run instead" in done.stdout
@@ -224,5 +227,5 @@ def test_help_explains_every_flag():
     proc = kit.cli("--help")
     assert proc.returncode == 0
     for flag in ("--candidates", "--source", "--backend", "--precision", "--name", "--run",
-                 "--resume", "--live-baseline", "--trials", "--correct-trials", "--jobs"):
+                 "--resume", "--live-baseline", "--trials", "--jobs", "--ray-address"):
         assert flag in proc.stdout

@@ -22,18 +22,17 @@ import pytest
 import torch
 
 from adversarial.evalrun import REPO, describe, run_eval
-from candidates.eval_kit import tuned_config
 from kb_eval.eval.judge.truth import K, UNIT_ROUNDOFF, Truth, compare_outputs_truth
 
 HERE = Path(__file__).resolve().parent / "fair"
 CANDS = HERE / "candidates"
-ARGS = ("--trials", "3", "--warmup", "1", "--correct-trials", "2", "--jobs", "1")
+ARGS = ("--trials", "3", "--jobs", "1")
 
 
 def _run(tmp_path, build_cache_dir, backend: str, entries: list) -> dict:
     proc, rec, _ = run_eval(entries, backend=backend, results_dir=tmp_path / "res",
                             cache_dir=build_cache_dir, problems=HERE / "problems", args=ARGS,
-                            env=tuned_config(tmp_path / "config", recheck_timed=1))
+                            settings=dict(warmup=1, correct_trials=2, recheck_timed=1))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert set(rec) == {name for name, _, _ in entries}, proc.stderr[-3000:]
     return rec

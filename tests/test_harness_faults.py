@@ -70,8 +70,9 @@ def test_check_harness_judges_every_copy(kb_folder, tmp_path, build_cache_dir):
     out = tmp_path / "harness.json"
     proc = subprocess.run([sys.executable, "-m", "kb_eval.check", "--harness", "--source",
                            str(kb_folder), "--level", "1", "--problems", "1,19,23",
-                           "--out", str(out), "--cache-dir", str(build_cache_dir)],
-                          capture_output=True, text=True, timeout=600)
+                           "--out", str(out)], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, **tuned_config(tmp_path / "config",
+                                                            cache_dir=build_cache_dir)})
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "all 3 problem(s) judgeable here" in proc.stdout
     assert re.search(r"level1/19\s+ReLU\s+correct", proc.stdout), proc.stdout
@@ -109,10 +110,10 @@ def test_too_large_problem_is_not_the_candidates(kb_folder, tmp_path, build_cach
     out = tmp_path / "harness.json"
     proc = subprocess.run([sys.executable, "-m", "kb_eval.check", "--harness", "--source",
                            str(kb_folder), "--level", "1", "--problems", "19,101",
-                           "--out", str(out), "--cache-dir", str(build_cache_dir)],
-                          capture_output=True, text=True, timeout=600,
+                           "--out", str(out)], capture_output=True, text=True, timeout=600,
                           env={**os.environ, **tuned_config(tmp_path / "config",
-                                                            mem_limit_mb=3000)})
+                                                            mem_limit_mb=3000,
+                                                            cache_dir=build_cache_dir)})
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     rows = {r["key"].rsplit("/", 1)[1]: r for r in json.loads(out.read_text())["problems"]}
     assert rows["19"]["status"] == "correct"

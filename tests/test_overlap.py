@@ -110,13 +110,12 @@ def _evaluate(root, depth: int, samples: dict, cache, **tuning) -> tuple[dict, l
     # recheck_timed 0: these candidates are timed for the lock, not re-checked.
     # --no-sandbox: the candidates log their calls, with their pids, to one shared file
     # (a sandboxed child can write only its own scratch, and is pid 2 in its namespace).
-    proc = kit.cli("--no-sandbox", "--candidates", str(cands), "--source", str(problems), "--backend", "cpp",
-                   "--live-baseline", "--trials", "4", "--warmup", "1", "--correct-trials",
-                   "3", "--run-timeout", "60", "--jobs", "2",
-                   "--name", "m", "--run", "r",
-                   "--results-dir", str(results), "--cache-dir", str(cache),
+    proc = kit.cli("--no-sandbox", "--candidates", str(cands), "--source", str(problems),
+                   "--backend", "cpp", "--live-baseline", "--trials", "4", "--jobs", "2",
+                   "--name", "m", "--run", "r", "--results-dir", str(results),
                    env=kit.tuned_config(root / f"config_{depth}", recheck_timed=0,
-                                        lane_depth=depth, **tuning))
+                                        lane_depth=depth, cache_dir=cache, warmup=1,
+                                        correct_trials=3, run_timeout_s=60, **tuning))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = json.loads((results / "m" / "r" / "results.json").read_text())
     calls = [(int(p), w, float(a), float(b)) for p, w, a, b in
@@ -280,12 +279,12 @@ def test_a_compile_in_init_delays_no_other_timing_step(tmp_path, build_cache_dir
     # The load budget covers the others' wait in their first call (the compiling
     # sample's build, then its start) and its own stalled compile.
     proc = kit.cli("--no-sandbox", "--candidates", str(cands), "--source", str(problems),
-                   "--backend", "cpp", "--live-baseline", "--trials", "4", "--warmup", "1",
-                   "--correct-trials", "3", "--jobs", "2", "--run-timeout", "600",
+                   "--backend", "cpp", "--live-baseline", "--trials", "4", "--jobs", "2",
                    "--name", "m", "--run", "r", "--results-dir", str(results),
-                   "--cache-dir", str(build_cache_dir),
                    env=kit.tuned_config(tmp_path / "config", recheck_timed=0,
-                                        load_budget_s=400, lane_depth=3))
+                                        load_budget_s=400, lane_depth=3,
+                                        cache_dir=build_cache_dir, warmup=1,
+                                        correct_trials=3, run_timeout_s=600))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert not (faults / "compile_stall").exists(), "the compile was not stalled"
     samples = {s["sample"]: s for s in json.loads(

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from adversarial.evalrun import run_eval
-from candidates.eval_kit import tuned_config
 from kb_eval.eval.judge.confidence import paired_interval, paired_speedup, widened
 from kb_eval.eval.schedule.pairing import reference_rounds_before
 from kb_eval.timing import TimingSettings, kept, paired_rounds, plan_timing
@@ -66,10 +65,9 @@ def _eval(tmp_path, build_cache_dir, copies: int):
     # slices), chaos within a round that no pairing removes.
     proc, rec, path = run_eval(entries, backend="cpp", results_dir=tmp_path / "res",
                                cache_dir=build_cache_dir, problems=HERE / "problems",
-                               env={"OMP_NUM_THREADS": "1",
-                                    **tuned_config(tmp_path / "config", timing_budget_ms=0)},
-                               args=("--trials", "60", "--warmup", "3", "--correct-trials",
-                                     "2", "--jobs", "1"))
+                               env={"OMP_NUM_THREADS": "1"},
+                               settings=dict(timing_budget_ms=0, warmup=3, correct_trials=2),
+                               args=("--trials", "60", "--jobs", "1"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     return rec, json.loads(path.read_text())["summary"]
 
@@ -119,10 +117,10 @@ def test_budget_cuts_the_timed_calls_of_slow_problems_on_both_sides(tmp_path, bu
         proc, rec, _ = run_eval([("fast", "level1/3", cand)], backend="cpp",
                                 results_dir=tmp_path / f"res{budget}", cache_dir=build_cache_dir,
                                 problems=HERE / "problems",
-                                env={"OMP_NUM_THREADS": "1", **tuned_config(
-                                    tmp_path / f"config{budget}", timing_budget_ms=float(budget))},
-                                args=("--trials", "60", "--warmup", "1", "--correct-trials", "1",
-                                      "--jobs", "1"))
+                                env={"OMP_NUM_THREADS": "1"},
+                                settings=dict(timing_budget_ms=float(budget), warmup=1,
+                                              correct_trials=1),
+                                args=("--trials", "60", "--jobs", "1"))
         assert proc.returncode == 0, proc.stderr[-3000:]
         r = rec["fast"]
         assert r["correct"] and r["speedup_ci_method"] == "paired_rounds", r
@@ -219,8 +217,8 @@ def _softmax_run(tmp_path, build_cache_dir, candidates: list) -> dict:
                             backend="cpp", results_dir=tmp_path / "res",
                             cache_dir=build_cache_dir, problems=HERE / "problems",
                             env={"OMP_NUM_THREADS": "1"},
-                            args=("--trials", "30", "--warmup", "2", "--correct-trials", "3",
-                                  "--jobs", "1"))
+                            settings=dict(warmup=2, correct_trials=3),
+                            args=("--trials", "30", "--jobs", "1"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     return rec
 

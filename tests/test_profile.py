@@ -1,6 +1,7 @@
 """python -m kb_eval.profile on CPU: two bundled problems, the BERT encoder layer at two
 configurations, and a reference beside its C++ solution (--compare); profile.json's
-categories add up to 100 %, trace.json is JSON, mistakes are one line and exit 2."""
+categories add up to 100 %, trace.json is JSON, mistakes are one line and exit 2. One
+forward is recorded (the config's DEFAULTS profile_cpu_steps)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from candidates.eval_kit import tuned_config
 from kb_eval.cli import run_cli
 from kb_eval.profile.__main__ import main
 from kb_eval.profile.categories import CATEGORIES
@@ -17,8 +19,17 @@ REPO = Path(__file__).resolve().parents[1]
 CPP_GELU = REPO / "reference_kernels" / "solutions" / "cpp" / "gelu.py"
 
 
+@pytest.fixture(autouse=True)
+def one_step(tmp_path_factory, build_cache_dir, monkeypatch):
+    """The config these profiles read: one recorded forward on the CPU, and the session's
+    build cache for the solutions."""
+    config = tuned_config(tmp_path_factory.mktemp("config"), profile_cpu_steps=1,
+                          cache_dir=build_cache_dir)
+    monkeypatch.setenv("KB_EVAL_CONFIG", config["KB_EVAL_CONFIG"])
+
+
 def profile(*args: str) -> int:
-    return run_cli(main, ["--quiet", "--device", "cpu", "--steps", "1", *args])
+    return run_cli(main, ["--quiet", "--device", "cpu", *args])
 
 
 def check_profile(folder: Path) -> dict:
@@ -58,10 +69,9 @@ def test_bert_encoder_layer_two_configs(tmp_path):
         assert addmm["calls"] == 6 and addmm["category"] == "matmul"  # q, k, v, out, ffn x2
 
 
-def test_compare_reference_with_cpp_solution(tmp_path, build_cache_dir):
+def test_compare_reference_with_cpp_solution(tmp_path):
     assert profile("--source", "bert", "--level", "1", "--problems", "9", "--solution",
-                   str(CPP_GELU), "--compare", "--cache-dir", str(build_cache_dir),
-                   "--out", str(tmp_path)) == 0
+                   str(CPP_GELU), "--compare", "--out", str(tmp_path)) == 0
     label = "level1_problem9_gelu_b64s64_fp32"
     ref = check_profile(tmp_path / label)
     cand = check_profile(tmp_path / f"{label}_candidate")
@@ -82,12 +92,21 @@ def test_compare_reference_with_cpp_solution(tmp_path, build_cache_dir):
     (["--bert", "--batch-sizes", "0"], "--batch-sizes must all be at least 1"),
     (["--bert", "--solution", str(CPP_GELU)], "takes no --solution"),
     (["--source", "ops", "--solution", str(CPP_GELU)], "against one problem"),
-    (["--steps", "0"], "--steps must be at least 1"),
 ])
 def test_mistakes_are_one_line(tmp_path, capsys, args, message):
     assert profile(*args, "--out", str(tmp_path)) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("flag", ["--steps", "--warmup", "--cache-dir"])
+def test_settings_of_the_config_are_no_flags(capsys, flag):
+    """Forwards recorded, before them, and the build cache are the config's DEFAULTS."""
+    with pytest.raises(SystemExit) as stop:
+        profile(flag, "1")
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and len(err.strip().splitlines()) == 1
+    assert f"unrecognized arguments: {flag} 1" in err
 
 
 def test_out_is_a_file(tmp_path, capsys):

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from candidates.eval_kit import tuned_config
 from kb_eval.cli import run_cli
 from kb_eval.profile.__main__ import main
 from kb_eval.results import SampleRecord
@@ -42,15 +43,24 @@ def results(tmp_path: Path) -> Path:
     return tmp_path / "results"
 
 
+@pytest.fixture(autouse=True)
+def one_step(tmp_path_factory, build_cache_dir, monkeypatch):
+    """The config these profiles read: one recorded forward on the CPU, and the session's
+    build cache for the solutions."""
+    config = tuned_config(tmp_path_factory.mktemp("config"), profile_cpu_steps=1,
+                          cache_dir=build_cache_dir)
+    monkeypatch.setenv("KB_EVAL_CONFIG", config["KB_EVAL_CONFIG"])
+
+
 def profile(results: Path, out: Path, *args: str) -> int:
-    return run_cli(main, ["--quiet", "--device", "cpu", "--steps", "1", "--source", "bert",
+    return run_cli(main, ["--quiet", "--device", "cpu", "--source", "bert",
                           "--level", "1", "--problems", "9", "--results-dir", str(results),
                           "--out", str(out), *args])
 
 
-def test_best_correct_answer_beside_reference(results, tmp_path, build_cache_dir, capsys):
+def test_best_correct_answer_beside_reference(results, tmp_path, capsys):
     assert profile(results, tmp_path / "out", "--model", "Test Model", "--run", "latest",
-                   "--compare", "--cache-dir", str(build_cache_dir)) == 0
+                   "--compare") == 0
     assert "sample 1 turn 0 (correct)" in capsys.readouterr().out
     cand = json.loads((tmp_path / "out" / f"{LABEL}_candidate" / "profile.json").read_text())
     assert "level1_problem9_sample1_turn0.py" in cand["config"]["subject"]

@@ -1,9 +1,9 @@
-"""`--executor ray` on a local Ray cluster this module starts (CPU, cpp backend): the same
-verdicts as the local executor on a small KernelBench-layout folder the test writes, a
-lane actor killed mid-sample (its sample evaluated again, every other record intact,
-nothing twice), the driver killed mid-run and `--resume` finishing the run (the records
-written before kept, each sample once, the local executor's verdicts), and a wrong address
-or a missing Ray as one line, exit 2."""
+"""The Ray executor (`--ray-address`) on a local Ray cluster this module starts (CPU, cpp
+backend): the same verdicts as the local executor on a small KernelBench-layout folder the
+test writes, a lane actor killed mid-sample (its sample evaluated again, every other
+record intact, nothing twice), the driver killed mid-run and `--resume` finishing the run
+(the records written before kept, each sample once, the local executor's verdicts), and a
+wrong address or a missing Ray as one line, exit 2."""
 
 from __future__ import annotations
 
@@ -139,17 +139,23 @@ def folder(tmp_path_factory) -> Path:
     return root
 
 
-def eval_cmd(folder: Path, results: Path, cache: Path, *extra: str) -> list[str]:
+def eval_cmd(folder: Path, results: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "kb_eval.eval", "--candidates", str(folder / "candidates"),
             "--source", str(folder / "problems"), "--backend", "cpp", "--live-baseline",
-            "--trials", "3", "--warmup", "1", "--correct-trials", "2", "--jobs", "2",
-            "--run-timeout", "60", "--name", "m", "--run", "r", "--results-dir", str(results),
-            "--cache-dir", str(cache), *extra]
+            "--trials", "3", "--jobs", "2", "--name", "m", "--run", "r", "--results-dir",
+            str(results), *extra]
+
+
+def eval_env(results: Path, cache: Path) -> dict:
+    """The environment of eval_cmd's run: a config.py (beside its results) naming the
+    build cache, 1 warm-up call, 2 correctness trials and a 60 s run timeout."""
+    return {**os.environ, **kit.tuned_config(results / "config", cache_dir=cache, warmup=1,
+                                             correct_trials=2, run_timeout_s=60)}
 
 
 def eval_cli(folder: Path, results: Path, cache: Path, *extra: str):
-    return subprocess.run(eval_cmd(folder, results, cache, *extra), capture_output=True,
-                          text=True, timeout=600, cwd=kit.REPO)
+    return subprocess.run(eval_cmd(folder, results, *extra), capture_output=True, text=True,
+                          timeout=600, cwd=kit.REPO, env=eval_env(results, cache))
 
 
 def verdicts(results: Path) -> dict:
@@ -222,8 +228,7 @@ def test_a_node_that_cannot_sandbox_refuses_its_lane(cluster, tmp_path):
 
 def test_same_verdicts_as_local(cluster, folder, tmp_path, build_cache_dir):
     a = local_verdicts(folder, tmp_path, build_cache_dir)
-    on_ray = eval_cli(folder, tmp_path / "ray", build_cache_dir, "--executor", "ray",
-                      "--ray-address", cluster)
+    on_ray = eval_cli(folder, tmp_path / "ray", build_cache_dir, "--ray-address", cluster)
     assert on_ray.returncode == 0, on_ray.stdout[-2000:] + on_ray.stderr[-3000:]
     b = verdicts(tmp_path / "ray")
     assert {k: r["status"] for k, r in a.items()} == {k: r["status"] for k, r in b.items()}
@@ -252,10 +257,9 @@ def _driver_past_a_lane_record(folder: Path, tmp_path: Path, cache: Path, cluste
     killed with its group on the way out if the caller left it running."""
     path = tmp_path / "ray" / "m" / "r" / "results.json"
     log = (tmp_path / "driver.log").open("w")
-    cmd = eval_cmd(folder, tmp_path / "ray", cache, "--executor", "ray", "--ray-address",
-                   cluster)
+    cmd = eval_cmd(folder, tmp_path / "ray", "--ray-address", cluster)
     driver = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=kit.REPO,
-                              start_new_session=True)
+                              env=eval_env(tmp_path / "ray", cache), start_new_session=True)
     try:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline and driver.poll() is None:
@@ -284,7 +288,7 @@ def test_driver_killed_then_resume(cluster, folder, tmp_path, build_cache_dir):
     they were, the local executor's verdicts."""
     expected = local_verdicts(folder, tmp_path, build_cache_dir)
     before, since = _lanes(), boot_ticks()
-    args = ("--executor", "ray", "--ray-address", cluster)
+    args = ("--ray-address", cluster)
     path = tmp_path / "ray" / "m" / "r" / "results.json"
     with _driver_past_a_lane_record(folder, tmp_path, build_cache_dir, cluster) as driver:
         os.killpg(driver.pid, signal.SIGKILL)
@@ -395,16 +399,17 @@ def _one_line_exit_2(proc) -> str:
 
 
 def test_bad_address_or_no_ray_is_one_line(folder, tmp_path):
-    bad = eval_cli(folder, tmp_path / "r", tmp_path / "cache", "--executor", "ray",
-                   "--ray-address", "127.0.0.1:9")
+    bad = eval_cli(folder, tmp_path / "r", tmp_path / "cache", "--ray-address", "127.0.0.1:9")
     assert "--ray-address 127.0.0.1:9: no Ray head answers there" in _one_line_exit_2(bad)
     fake = tmp_path / "fake" / "ray"
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text("raise ImportError('no ray here')\n")
-    env = {**os.environ, "PYTHONPATH": f"{fake.parent}{os.pathsep}{kit.REPO}"}
+    env = {**eval_env(tmp_path / "r", tmp_path / "cache"),
+           "PYTHONPATH": f"{fake.parent}{os.pathsep}{kit.REPO}"}
     missing = subprocess.run(
         [sys.executable, "-m", "kb_eval.eval", "--candidates", str(folder / "candidates"),
-         "--source", str(folder / "problems"), "--backend", "cpp", "--executor", "ray",
-         "--results-dir", str(tmp_path / "r"), "--cache-dir", str(tmp_path / "cache")],
+         "--source", str(folder / "problems"), "--backend", "cpp", "--ray-address", "local",
+         "--results-dir", str(tmp_path / "r")],
         capture_output=True, text=True, timeout=300, cwd=kit.REPO, env=env)
-    assert "--executor ray needs Ray: pip install" in _one_line_exit_2(missing)
+    assert "the Ray executor (--ray-address) needs Ray: pip install" in \
+        _one_line_exit_2(missing)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from candidates.eval_kit import tuned_config
 from kb_eval.eval.judge.score import summarize
 from kb_eval.report.cli import main
 from kb_eval.results import (Flag, HardwareInfo, Producer, RunFile, SampleRecord,
@@ -270,11 +271,11 @@ def eval_results(tmp_path_factory) -> Path:
         (root / "problems" / "level1" / f"{pid}_ScaleAdd.py").write_text(problem)
         (root / "kernels" / f"level1_problem{pid}_sample0.py").write_text(ADD.format(pid=pid))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        filter(None, [str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH")]))}
+        filter(None, [str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH")])),
+        **tuned_config(root / "config", correct_trials=2)}
     done = subprocess.run([sys.executable, "-m", "kb_eval.eval", "--candidates",
                            str(root / "kernels"), "--source", str(root / "problems"),
-                           "--backend", "cpp", "--live-baseline", "--trials", "2",
-                           "--warmup", "1", "--correct-trials", "2", "--quiet",
+                           "--backend", "cpp", "--live-baseline", "--trials", "2", "--quiet",
                            "--results-dir", str(root / "results"), "--run", "e1"],
                           cwd=root, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from candidates.eval_kit import tuned_config
 from kb_eval.isolation import sandbox, sandbox_probe
 
 REPO = Path(__file__).resolve().parents[1]
@@ -44,8 +45,9 @@ def test_a_host_where_it_works_probes_clean(tmp_path):
      "--backend", "cpp"],
 ])
 def test_a_sandbox_that_cannot_start_is_a_one_line_refusal(tmp_path, command):
-    proc = _cli(command[0], [*command[1:], "--results-dir", str(tmp_path / "r"),
-                             "--cache-dir", str(tmp_path / "c")], tmp_path, _armed(tmp_path))
+    proc = _cli(command[0], [*command[1:], "--results-dir", str(tmp_path / "r")], tmp_path,
+                {**_armed(tmp_path), **tuned_config(tmp_path / "config",
+                                                    cache_dir=tmp_path / "c")})
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert len(lines) == 1 and "sandbox cannot start" in lines[0], lines
@@ -58,12 +60,13 @@ def test_no_sandbox_warns_once_and_records_say_so(tmp_path):
     candidate = tmp_path / "level1_problem1_sample0.py"
     candidate.write_text("import torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n"
                          "    def forward(self, x, y):\n        return 2 * x + y\n")
+    # armed: with --no-sandbox it is never entered
     proc = _cli("kb_eval.eval", ["--candidates", str(candidate), "--source", str(PROBLEMS),
                                  "--backend", "cpp", "--live-baseline", "--no-sandbox",
                                  "--trials", "5", "--name", "m", "--run", "r1",
-                                 "--results-dir", str(tmp_path / "r"),
-                                 "--cache-dir", str(tmp_path / "c")],
-                tmp_path, _armed(tmp_path))  # armed: with --no-sandbox it is never entered
+                                 "--results-dir", str(tmp_path / "r")],
+                tmp_path, {**_armed(tmp_path), **tuned_config(tmp_path / "config",
+                                                              cache_dir=tmp_path / "c")})
     assert proc.returncode == 0, proc.stderr[-2000:]
     warnings = [line for line in proc.stderr.splitlines() if "--no-sandbox" in line]
     assert len(warnings) == 1 and "warning" in warnings[0]

@@ -93,8 +93,8 @@ def test_reference_copy_is_never_fast_1_sig(tmp_path, build_cache_dir):
     entries = [(f"copy{i}", "level1/1", copy) for i in range(3)]
     proc, rec, path = run_eval(entries, backend="cpp", results_dir=tmp_path / "res",
                                cache_dir=build_cache_dir, problems=PROBLEMS,
-                               args=("--trials", "30", "--warmup", "3", "--correct-trials", "2",
-                                     "--jobs", "1"))
+                               args=("--trials", "30", "--jobs", "1"),
+                               settings=dict(warmup=3, correct_trials=2))
     assert proc.returncode == 0, proc.stderr[-3000:]
     for name, r in rec.items():
         assert r["correct"] and r["speedup_ci_method"] == "paired_rounds", (name, r)

@@ -35,7 +35,7 @@ SQUARE_PROBLEM = FFT_PROBLEM.replace("torch.fft.rfft(x).abs()", "x * x + 1.0")
 
 def baseline(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "kb_eval.baseline", "--quiet", "--device",
-                           "cpu", "--trials", "2", "--warmup", "1", *args],
+                           "cpu", "--trials", "2", *args],
                           capture_output=True, text=True, cwd=cwd, timeout=600)
 
 
@@ -73,8 +73,8 @@ def test_unsupported_problem_is_recorded_and_run_goes_on(tmp_path):
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--tvm-tune", "4"], "--tvm-tune and --tvm-no-arch need --compile tvm"),
-    (["--tvm-no-arch", "--compile", "default"], "need --compile tvm"),
+    (["--tvm-tune", "4"], "--tvm-tune needs --compile tvm or tvm-noarch"),
+    (["--tvm-tune", "4", "--compile", "default"], "needs --compile tvm"),
     (["--compile", "tvm", "--tvm-tune", "-1"], "--tvm-tune must be at least 0"),
 ])
 def test_tvm_flag_mistakes_are_one_line(tmp_path, flags, message):
@@ -94,8 +94,9 @@ def test_mode_strings_round_trip():
 
 
 def test_without_the_architecture_is_an_explicit_generic_arch():
-    """A bare `cuda` target would take the architecture of the GPU TVM finds: --tvm-no-arch
-    names sm_50 instead, and says so (built here without a GPU: no device is asked)."""
+    """A bare `cuda` target would take the architecture of the GPU TVM finds: --compile
+    tvm-noarch names sm_50 instead, and says so (built here without a GPU: no device is
+    asked)."""
     import torch
     from kb_eval.compilers.tvm import GENERIC_CUDA_ARCH, TvmOptions, make_target, target_facts
     target = make_target(torch.device("cuda", 0), arch=False)
@@ -110,7 +111,7 @@ def test_eval_scores_against_the_tvm_file(tmp_path, build_cache_dir):
     from candidates import eval_kit as kit
     results = tmp_path / "results"
     proc = baseline("--source", str(kit.PROBLEMS), "--compile", "tvm", "--trials", "3",
-                    "--warmup", "1", "--results-dir", str(results), cwd=REPO)
+                    "--results-dir", str(results), cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-2000:]
     tvm_file = results / "baseline" / "cpu" / "local-problems" / "fp32_tvm.json"
     medians = {k: r["timing"]["median"]
@@ -120,9 +121,9 @@ def test_eval_scores_against_the_tvm_file(tmp_path, build_cache_dir):
     (cands / "level1_problem1_sample0.py").write_text(
         (kit.CPP / "level1_problem1_sample0.py").read_text())
     proc = kit.cli("--candidates", str(cands), "--source", str(kit.PROBLEMS), "--backend",
-                   "cpp", "--baseline-compile", "tvm", "--trials", "3", "--warmup", "1",
+                   "cpp", "--baseline-compile", "tvm", "--trials", "3",
                    "--name", "m", "--run", "r1", "--results-dir", str(results),
-                   "--cache-dir", str(build_cache_dir))
+                   env=kit.tuned_config(tmp_path / "config", cache_dir=build_cache_dir))
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     run = json.loads((results / "m" / "r1" / "results.json").read_text())
     assert run["baseline"] == str(tvm_file)
@@ -147,7 +148,7 @@ def test_missing_tvm_file_names_the_command(tmp_path):
                    str(tmp_path / "results"), "--name", "m", "--run", "r1")
     assert proc.returncode == 2
     assert "fp32_tvm-noarch.json is missing" in proc.stderr
-    assert "--compile tvm --tvm-no-arch" in proc.stderr and "Traceback" not in proc.stderr
+    assert "--compile tvm-noarch" in proc.stderr and "Traceback" not in proc.stderr
 
 
 SQUARE_CANDIDATE = '''import torch.nn as nn
@@ -183,10 +184,10 @@ def test_eval_times_the_tvm_baseline_live(tmp_path, build_cache_dir):
     (cands / "level1_problem1_sample0.py").write_text(SQUARE_CANDIDATE)
     (cands / "level1_problem2_sample0.py").write_text(RFFT_CANDIDATE)
     args = ["--candidates", str(cands), "--source", str(tmp_path / "probs"), "--backend",
-            "cpp", "--live-baseline", "--trials", "6", "--warmup", "1", "--name", "m",
-            "--run", "r1", "--results-dir", str(tmp_path / "results"),
-            "--cache-dir", str(build_cache_dir)]
-    proc = kit.cli(*args, "--baseline-compile", "tvm")
+            "cpp", "--live-baseline", "--trials", "6", "--name", "m",
+            "--run", "r1", "--results-dir", str(tmp_path / "results")]
+    config = kit.tuned_config(tmp_path / "config", cache_dir=build_cache_dir)
+    proc = kit.cli(*args, "--baseline-compile", "tvm", env=config)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     run = json.loads((tmp_path / "results" / "m" / "r1" / "results.json").read_text())
     assert run["baseline"] == "live" and run["config"]["baseline_mode"] == "tvm"
@@ -199,5 +200,5 @@ def test_eval_times_the_tvm_baseline_live(tmp_path, build_cache_dir):
     (flag,) = [f for f in rfft["flags"] if f["code"] == "no_baseline"]
     assert "no tvm baseline" in flag["message"] and "TVM Relax import failed" in flag["message"]
     assert baseline_kind(RunFile.model_validate(run)) == "live (tvm)"
-    proc = kit.cli(*args, "--resume")  # eager this time: not the run's baseline
+    proc = kit.cli(*args, "--resume", env=config)  # eager this time: not the run's baseline
     assert proc.returncode == 2 and "baseline mode tvm, this call eager" in proc.stderr

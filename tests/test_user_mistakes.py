@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from candidates.eval_kit import tuned_config
 from kb_eval.eval.schedule import nvcc_front, pch
 
 REPO = Path(__file__).resolve().parents[1]
@@ -32,13 +33,15 @@ CLIS = {"run": "kb_eval.run", "eval": "kb_eval.eval", "baseline": "kb_eval.basel
         "report": "kb_eval.report", "check": "kb_eval.check"}
 EVAL = ["--candidates", str(CANDIDATE), "--source", str(PROBLEMS), "--backend", "cpp"]
 
-# (command, arguments, what the one line must say); {file} is a plain file, {runs} an
-# empty folder, {config} a path with no file.
+# (command, arguments, what the one line must say[, the config's DEFAULTS]); {file} is a
+# plain file, {runs} an empty folder. Without DEFAULTS: the repo's config.py (no
+# arguments: a $KB_EVAL_CONFIG with no file).
 CASES = [
     # a file where a folder is expected, a place that cannot be written
     ("run", ["--results-dir", "{file}"], "is a file, not a folder"),
     ("run", ["--results-dir", UNWRITABLE + "/r"], "cannot write"),
-    ("run", ["--cache-dir", "{file}/c"], "is a file, not a folder"),
+    ("run", ["--problems", "1"], "DEFAULTS.cache_dir {file}/c: {file} is a file, not a "
+     "folder", {"cache_dir": "{file}/c"}),
     ("eval", [*EVAL, "--results-dir", "{file}"], "is a file, not a folder"),
     ("eval", [*EVAL, "--results-dir", UNWRITABLE], "cannot write"),
     ("baseline", ["--results-dir", "{file}"], "is a file, not a folder"),
@@ -80,8 +83,17 @@ CASES = [
     ("baseline", ["--trials", "0"], "--trials must be at least 1"),
     ("check", ["--level", "9"], "level 9 not in"),
     ("check", ["--seeds", "1"], "--seeds must be at least 2"),
-    # tuning knobs that are the config's DEFAULTS now, not flags
+    # settings that are the config's DEFAULTS, not flags, and wrong values there
     ("run", ["--lane-depth", "2"], "unrecognized arguments: --lane-depth"),
+    ("run", ["--warmup", "1"], "unrecognized arguments: --warmup 1"),
+    ("eval", [*EVAL, "--cache-dir", "c"], "unrecognized arguments: --cache-dir c"),
+    ("eval", [*EVAL, "--executor", "ray"], "unrecognized arguments: --executor ray"),
+    ("check", ["--harness", "--correct-trials", "2"], "unrecognized arguments"),
+    ("baseline", ["--compile", "tvm", "--tvm-no-arch"], "unrecognized arguments"),
+    ("eval", EVAL, "DEFAULTS.correct_trials: Input should be greater than or equal to 1",
+     {"correct_trials": 0}),
+    ("baseline", ["--problems", "1"], "DEFAULTS.warmup", {"warmup": -1}),
+    ("eval", [*EVAL, "--ray-address", " "], "--ray-address: give the head's host:port"),
     # settings that must not be ignored
     ("run", ["--resume", "--run", "nosuch"], "nothing to resume"),
     ("run", ["--resume"], "no run under"),
@@ -122,14 +134,20 @@ def walk(tmp_path_factory):
     (root / "runs").mkdir()
     subst = {"{file}": str(root / "afile"), "{runs}": str(root / "runs")}
 
+    def fill(text):
+        return text.replace("{file}", subst["{file}"]).replace("{runs}", subst["{runs}"])
+
     def one(case):
-        cli, args, _ = case
-        cwd = root / f"cwd-{CASES.index(case)}"
+        cli, args, expected, *defaults = case
+        i = CASES.index(case)
+        cwd = root / f"cwd-{i}"
         cwd.mkdir()
-        args = [a.replace("{file}", subst["{file}"]).replace("{runs}", subst["{runs}"])
-                for a in args]
+        args = [fill(a) for a in args]
         config = str(root / "no-config.py") if not args else None
-        return case, cwd, _run(cli, args, cwd, config)
+        if defaults:  # beside the working folder: nothing may be written in it
+            values = {k: fill(v) if isinstance(v, str) else v for k, v in defaults[0].items()}
+            config = tuned_config(root / f"config-{i}", **values)["KB_EVAL_CONFIG"]
+        return (cli, args, fill(expected), *defaults), cwd, _run(cli, args, cwd, config)
 
     with ThreadPoolExecutor(max_workers=4) as pool:
         return list(pool.map(one, CASES))
@@ -139,7 +157,7 @@ def walk(tmp_path_factory):
                          ids=[f"{c[0]} {' '.join(c[1])[:60] or 'KB_EVAL_CONFIG'}"
                               for c in CASES])
 def test_mistake_is_one_line_and_exit_2(walk, i):
-    (cli, args, expected), cwd, done = walk[i]
+    (cli, args, expected, *_), cwd, done = walk[i]
     err = [line for line in done.stderr.splitlines() if line.strip()]
     assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
     assert "Traceback" not in done.stderr
@@ -175,6 +193,7 @@ def test_tuning_defaults_match_the_eval_config():
     assert EvalConfig.model_fields["recheck_timed"].default == d.recheck_timed
     assert EvalConfig.model_fields["cpu_lanes"].default == d.cpu_lanes
     assert TimingSettings.model_fields["budget_ms"].default == d.timing_budget_ms
+    assert EvalConfig.model_fields["count_launches"].default == d.count_launches
 
 
 # ------------------------------------------------------------------ --help and shared flags
@@ -348,11 +367,11 @@ def test_eval_warns_of_skipped_files_and_keeps_to_the_selection(tmp_path):
     (kernels / "level1_problem2_sample0.py").write_text("this would not even parse (\n")
     for name in ("relu_candidate.py", "level1_problem15.py"):
         (kernels / name).write_text(SCALE_ADD)
+    config = tuned_config(tmp_path / "config", warmup=1, correct_trials=2)
     done = _run("eval", ["--candidates", str(kernels), "--source", str(PROBLEMS),
                          "--backend", "cpp", "--problems", "1", "--live-baseline",
-                         "--trials", "2", "--warmup", "1", "--correct-trials", "2",
-                         "--results-dir", str(tmp_path / "results"), "--run", "w"],
-                tmp_path, None)
+                         "--trials", "2", "--results-dir", str(tmp_path / "results"),
+                         "--run", "w"], tmp_path, config["KB_EVAL_CONFIG"])
     assert done.returncode == 0, done.stderr[-2000:]
     warnings = [ln for ln in done.stderr.splitlines() if ln.startswith("warning:")]
     assert len(warnings) == 2, done.stderr

@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from adversarial.evalrun import run_eval
-from candidates.eval_kit import tuned_config
 from kb_eval.eval.judge.correctness import (compare_tensor, info_from_diffs, judge_file,
                                            resolve_tolerance)
 from kb_eval.eval.schedule.memplan import make_plan
@@ -219,9 +218,8 @@ def test_long_matmul_pipeline(tmp_path, build_cache_dir):
                ("own_tol", "level1/2", cands / "offset_quarter.py")]
     proc, rec, _ = run_eval(entries, backend="cpp", results_dir=tmp_path / "res",
                             cache_dir=build_cache_dir, problems=HERE / "problems",
-                            args=("--trials", "2", "--warmup", "0", "--correct-trials", "2",
-                                  "--jobs", "1"),
-                            env=tuned_config(tmp_path / "config", recheck_timed=1))
+                            args=("--trials", "2", "--jobs", "1"),
+                            settings=dict(warmup=0, correct_trials=2, recheck_timed=1))
     assert proc.returncode == 0, proc.stderr[-3000:]
     c = {n: r["correctness"] for n, r in rec.items()}
     assert rec["chunked"]["correct"] and c["chunked"]["rule"] == "f64"

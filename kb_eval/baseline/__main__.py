@@ -12,9 +12,9 @@ from pathlib import Path
 import torch
 
 from kb_eval.baseline.stage import BaselineJob, ensure_peaks, run_baseline
-from kb_eval.cli import (COMPILE_MODES, Parser, add_count_flag, add_precision_flag,
-                         add_quiet_flag, add_results_dir_flag, add_selection_flags,
-                         check_gpus_visible, run_cli, writable_dir)
+from kb_eval.cli import (COMPILE_MODES, TVM_BASELINES, Parser, add_count_flag,
+                         add_precision_flag, add_quiet_flag, add_results_dir_flag,
+                         add_selection_flags, check_gpus_visible, run_cli, writable_dir)
 from kb_eval.compilers.flags import add_tvm_flags, baseline_mode_of
 from kb_eval.errors import UserError
 from kb_eval.host_state import HOST_PACED
@@ -38,13 +38,15 @@ def parser(defaults) -> Parser:
     add_selection_flags(p, defaults.source)
     add_precision_flag(p, defaults.precision)
     p.add_argument("--compile", dest="compile_mode", default=None,
-                   choices=[*COMPILE_MODES, "tvm"],
+                   choices=[*COMPILE_MODES, *TVM_BASELINES],
                    help="time torch.compile(model, mode=...) instead of eager, or 'tvm': "
-                        "the reference exported with torch.export and built by Apache TVM")
+                        "the reference exported with torch.export and built by Apache TVM "
+                        "for the device's architecture (sm_XX); 'tvm-noarch': for the generic "
+                        "sm_50 instead (no tensor cores), to measure what the architecture "
+                        "is worth")
     add_tvm_flags(p)
-    add_count_flag(p, "--warmup", "untimed calls before timing", defaults.warmup,
-                   defaults.cpu_warmup)
-    add_count_flag(p, "--trials", "timed calls", defaults.trials, defaults.cpu_trials)
+    add_count_flag(p, "--trials", "timed calls (untimed calls before them: DEFAULTS warmup, "
+                   "cpu_warmup)", defaults.trials, defaults.cpu_trials)
     on_gpu = defaults.baseline_visits
     p.add_argument("--visits", type=int, default=None,
                    help="children each problem is timed in, one per sweep over the problems, "
@@ -87,11 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.gpus and device == "cpu":
         raise UserError(f"--gpus {args.gpus} with --device cpu: GPUs are not used on the CPU")
     gpus = _parse_gpus(args.gpus) if device == "cuda" else []
-    for flag, value in (("--trials", args.trials), ("--warmup", args.warmup),
-                        ("--visits", args.visits)):
-        least = 0 if flag == "--warmup" else 1
-        if value is not None and value < least:
-            raise UserError(f"{flag} must be at least {least} (got {value})")
+    for flag, value in (("--trials", args.trials), ("--visits", args.visits)):
+        if value is not None and value < 1:
+            raise UserError(f"{flag} must be at least 1 (got {value})")
     output = Path(args.output).expanduser() if args.output else None
     if output is not None:
         if output.is_dir():
@@ -103,8 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         return _measure_peaks(Path(args.results_dir).expanduser(), device, gpus)
     problems = load_problems(args.source, args.level, args.problems, args.name)
     trials = args.trials or (d.trials if device == "cuda" else d.cpu_trials)
-    warmup = args.warmup if args.warmup is not None else (
-        d.warmup if device == "cuda" else d.cpu_warmup)
+    warmup = d.warmup if device == "cuda" else d.cpu_warmup
     visits = args.visits or (d.baseline_visits if device == "cuda" else 1)
     if visits > trials:
         raise UserError(f"--visits {visits} is more than --trials {trials}: each visit "

@@ -70,7 +70,8 @@ def target_facts(target, options: TvmOptions) -> dict:
     arch = target.attrs.get("arch")
     return {"target": str(target), "arch": str(arch) if arch is not None else None,
             "arch_source": ("host (llvm)" if target.kind.name != "cuda" else "device"
-                            if options.arch else f"generic ({GENERIC_CUDA_ARCH}, --tvm-no-arch)"),
+                            if options.arch else f"generic ({GENERIC_CUDA_ARCH}, "
+                            "--compile tvm-noarch)"),
             "tune_trials": options.tune_trials}
 
 

@@ -58,40 +58,33 @@ def build_parser(defaults) -> argparse.ArgumentParser:
                         "--resume: the latest run)")
     p.add_argument("--resume", action="store_true",
                    help="continue the run's results.json, skipping samples already recorded")
-    add_count_flag(p, "--trials", "timed calls per candidate", defaults.trials,
-                   defaults.cpu_trials)
-    add_count_flag(p, "--warmup", "untimed calls before timing (at most: with a timing "
-                   "budget, calls that are not launch-bound warm up on about 20 ms of "
-                   "calls, at least one)", defaults.warmup, defaults.cpu_warmup)
-    p.add_argument("--correct-trials", type=int, default=defaults.correct_trials,
-                   help="correctness trials, each with fresh inputs "
-                        f"(default: {defaults.correct_trials})")
+    add_count_flag(p, "--trials", "timed calls per candidate (untimed calls before them and "
+                   "correctness trials: DEFAULTS warmup, cpu_warmup, correct_trials)",
+                   defaults.trials, defaults.cpu_trials)
     add_results_dir_flag(p, defaults.results_dir, "where results and baselines live")
     add_quiet_flag(p)
     add_checking_flags(p)
-    add_execution_flags(p, defaults)
+    add_execution_flags(p)
     add_executor_flags(p)
     return p
 
 
 def make_config(args, defaults, cuda: bool) -> EvalConfig:
-    for flag in ("trials", "correct_trials"):
-        v = getattr(args, flag)
-        if v is not None and v < 1:
-            raise UserError(f"--{flag.replace('_', '-')} must be at least 1 (got {v})")
+    if args.trials is not None and args.trials < 1:
+        raise UserError(f"--trials must be at least 1 (got {args.trials})")
     check_tolerances(args)
     backend = args.backend if args.backend != "auto" else ("cuda" if cuda else "cpp")
     trials = args.trials or (defaults.cpu_trials if backend == "cpp" else defaults.trials)
-    warmup = args.warmup if args.warmup is not None else (
-        defaults.cpu_warmup if backend == "cpp" else defaults.warmup)
-    cfg = dict(backend=backend, precision=args.precision, correct_trials=args.correct_trials,
+    warmup = defaults.cpu_warmup if backend == "cpp" else defaults.warmup
+    cfg = dict(backend=backend, precision=args.precision,
+               correct_trials=defaults.correct_trials,
                timing=TimingSettings(warmup=warmup, trials=trials,
                                      budget_ms=defaults.timing_budget_ms),
                atol=args.atol, rtol=args.rtol,
                tolerance=args.tolerance,
                live_baseline=args.live_baseline, results_dir=args.results_dir,
                baseline_mode=baseline_mode(args.baseline_compile),
-               keep_workdirs=args.keep_workdirs, count_launches=args.count_launches,
+               keep_workdirs=args.keep_workdirs,
                **execution_config(args, defaults, backend == "cpp"),
                **executor_config(args))
     return EvalConfig(**cfg)

@@ -42,7 +42,7 @@ class EvalConfig(BaseModel):
     baseline_mode: str = Field("eager", pattern=r"^(eager|compile-[a-z-]+|tvm(-noarch)?)$",
                                description="which baseline file: eager, compile-<mode> "
                                "(`python -m kb_eval.baseline --compile <mode>`) or tvm[-noarch] "
-                               "(`--compile tvm [--tvm-no-arch]`)")
+                               "(`--compile tvm` or `tvm-noarch`)")
     results_dir: Path = Path("results")
     cache_dir: Path = Path(".cache/kb_eval")
     jobs: int = Field(default_factory=lambda: default_jobs(), ge=1,

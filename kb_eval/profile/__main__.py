@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
             args.solution = _run_solution(args, problems)
         configs = problem_configs(args, problems)
     from kb_eval.isolation import run_isolated
-    results = run_configs(configs, args, device, d.mem_limit_mb, run_isolated)
+    results = run_configs(configs, args, device, d, run_isolated)
     if args.compare:
         _compare(configs, results, Path(args.out).expanduser())
     _print_summary(configs, results)

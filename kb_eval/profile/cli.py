@@ -13,8 +13,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kb_eval.cli import (Parser, add_count_flag, add_precision_flag, add_quiet_flag,
-                         add_results_dir_flag, add_selection_flags, writable_dir)
+from kb_eval.cli import (Parser, add_precision_flag, add_quiet_flag, add_results_dir_flag,
+                         add_selection_flags, writable_dir)
 from kb_eval.errors import UserError
 from kb_eval.progress import ProgressBar
 
@@ -35,23 +35,21 @@ def parser(defaults) -> Parser:
                            "with torch.profiler: time by category, top aten operators and "
                            "the kernels they launched, launch counts, a Chrome trace. "
                            "Each configuration writes <out>/<label>/{profile.json,report.md,"
-                           "trace.json}.")
+                           "trace.json}. Forwards recorded and before them, and where "
+                           "solutions' builds are kept: DEFAULTS profile_steps, "
+                           "profile_warmup (profile_cpu_steps, profile_cpu_warmup on the CPU) "
+                           "and cache_dir in config.py.")
     add_selection_flags(p, defaults.source)
     add_precision_flag(p, defaults.precision)
     _add_candidate_flags(p, defaults)
     _add_bert_flags(p)
     p.add_argument("--device", choices=["cuda", "cpu"], default=None,
                    help="where to profile (default: cuda if a GPU is visible, else cpu)")
-    add_count_flag(p, "--steps", "forwards recorded; figures are per forward", 5, 2)
-    add_count_flag(p, "--warmup", "forwards before recording", 3, 1)
     p.add_argument("--out", default="results/profile",
                    help="folder for the per-configuration outputs (default: results/profile)")
     p.add_argument("--timeout", type=float, default=defaults.build_timeout_s,
                    help=f"seconds per configuration, a solution's build included "
                         f"(default: {defaults.build_timeout_s:g})")
-    p.add_argument("--cache-dir", default=str(defaults.cache_dir),
-                   help=f"where solutions' C++/CUDA builds are kept "
-                        f"(default: {defaults.cache_dir})")
     add_quiet_flag(p)
     return p
 
@@ -114,9 +112,6 @@ def check_args(args) -> None:
     for flag, values in (("--batch-sizes", args.batch_sizes), ("--seq-lens", args.seq_lens)):
         if any(v < 1 for v in values):
             raise UserError(f"{flag} must all be at least 1 (got {values})")
-    for flag, value, low in (("--steps", args.steps, 1), ("--warmup", args.warmup, 0)):
-        if value is not None and value < low:
-            raise UserError(f"{flag} must be at least {low} (got {value})")
     if args.bert and args.bert_model == "transformers" and not _has_transformers():
         raise UserError("--bert-model transformers needs transformers: pip install "
                         "'kb-eval[profile]'")
@@ -163,12 +158,14 @@ def problem_configs(args, problems) -> list[Config]:
     return configs
 
 
-def run_configs(configs: list[Config], args, device: str, mem_limit_mb: int,
+def run_configs(configs: list[Config], args, device: str, defaults,
                 isolated) -> dict[str, dict]:
-    """Profile each configuration in a child; a failed one is reported and skipped."""
+    """Profile each configuration in a child; a failed one is reported and skipped.
+    `defaults`: the config's DEFAULTS (forwards per profile, build cache, memory)."""
     out = Path(args.out).expanduser()
-    steps = args.steps or (5 if device == "cuda" else 2)
-    warmup = args.warmup if args.warmup is not None else (3 if device == "cuda" else 1)
+    gpu = device == "cuda"
+    steps = defaults.profile_steps if gpu else defaults.profile_cpu_steps
+    warmup = defaults.profile_warmup if gpu else defaults.profile_cpu_warmup
     results = {}
     from kb_eval.profile.write import write_profile
     with tempfile.TemporaryDirectory(prefix="kb_profile_") as tmp:
@@ -178,8 +175,8 @@ def run_configs(configs: list[Config], args, device: str, mem_limit_mb: int,
                        "warmup": warmup, "out_dir": str(out / c.label),
                        "device": "cuda:0" if device == "cuda" else "cpu"}
             outcome = isolated(TASK, payload, workdir=Path(tmp) / str(i),
-                               timeout_s=args.timeout, mem_limit_mb=mem_limit_mb,
-                               env=_env(device, c, args.cache_dir))
+                               timeout_s=args.timeout, mem_limit_mb=defaults.mem_limit_mb,
+                               env=_env(device, c, defaults.cache_dir))
             if not outcome.ok:
                 ProgressBar.write(f"{c.label}: failed: {outcome.describe()}")
                 continue
@@ -189,7 +186,7 @@ def run_configs(configs: list[Config], args, device: str, mem_limit_mb: int,
     return results
 
 
-def _env(device: str, config: Config, cache_dir: str) -> dict:
+def _env(device: str, config: Config, cache_dir: Path) -> dict:
     env = {"CUDA_VISIBLE_DEVICES": ""} if device == "cpu" else {}
     solution = config.payload.get("solution")
     if solution is not None:  # a build per source, as the eval keeps them

@@ -24,7 +24,9 @@ PROMPTS = ("zero_shot", "one_shot", "few_shot")
 # problems cover each of its levels and kernels; its batch 16 x seq 512 twins cost most of
 # a full run's time on a small CPU (`--full-suite` asks them too).
 CPU_QUICK = ("bert", "b64s64")
-# Flags a --resume takes from the run when not given again (so the run stays one run).
+# Flags a --resume takes from the run when not given again (so the run stays one run);
+# warmup and correct_trials have no flag (the config's DEFAULTS), but a resumed run keeps
+# its own.
 RESUMED_FLAGS = ("source", "level", "problems", "name", "backend", "precision", "prompt",
                  "samples", "turns", "trials", "warmup", "correct_trials", "live_baseline",
                  "atol", "rtol", "baseline_compile", "tolerance")
@@ -56,7 +58,7 @@ def build_parser(defaults) -> Parser:
     _add_timing_flags(p, defaults)
     add_quiet_flag(p)
     add_checking_flags(p)
-    add_execution_flags(p, defaults)
+    add_execution_flags(p)
     add_executor_flags(p)
     p.set_defaults(**{flag: None for flag in RESUMED_FLAGS})
     return p
@@ -94,12 +96,9 @@ def _add_run_flags(p: Parser) -> None:
 
 def _add_timing_flags(p: Parser, defaults) -> None:
     """How answers and the PyTorch reference are checked and timed."""
-    add_count_flag(p, "--trials", "timed calls per sample", defaults.trials,
-                   defaults.cpu_trials, on_cpu="for cpp on the CPU")
-    add_count_flag(p, "--warmup", "untimed calls before timing", defaults.warmup,
-                   defaults.cpu_warmup, on_cpu="for cpp on the CPU")
-    p.add_argument("--correct-trials", type=int,
-                   help=f"correctness trials, fresh inputs each (default: {defaults.correct_trials})")
+    add_count_flag(p, "--trials", "timed calls per sample (untimed calls before them and "
+                   "correctness trials: DEFAULTS warmup, cpu_warmup, correct_trials)",
+                   defaults.trials, defaults.cpu_trials, on_cpu="for cpp on the CPU")
     add_results_dir_flag(p, defaults.results_dir, "where runs and baselines live")
 
 
@@ -125,8 +124,7 @@ def fill_flags(args, defaults, stored: dict) -> None:
 def check_numbers(args) -> None:
     """Reject counts below their minimum and run names that are not plain folder names,
     before any work (and again once a resumed run's values are filled in)."""
-    for flag, low in (("samples", 1), ("turns", 1), ("trials", 1), ("warmup", 0),
-                      ("correct_trials", 1)):
+    for flag, low in (("samples", 1), ("turns", 1), ("trials", 1)):
         value = getattr(args, flag)
         if value is not None and value < low:
             raise UserError(f"--{flag.replace('_', '-')} must be at least {low} (got {value})")
@@ -180,7 +178,7 @@ def eval_config(args, defaults, cuda: bool):
                live_baseline=bool(args.live_baseline),
                baseline_mode=baseline_mode(args.baseline_compile),
                atol=args.atol, rtol=args.rtol, tolerance=args.tolerance,
-               keep_workdirs=args.keep_workdirs, count_launches=args.count_launches,
+               keep_workdirs=args.keep_workdirs,
                # absolute: the build and run children work in other folders
                results_dir=Path(args.results_dir).resolve(),
                **execution_config(args, defaults, on_cpu),

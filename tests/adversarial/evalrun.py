@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from candidates.eval_kit import tuned_config
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 PROBLEMS = HERE / "problems"
@@ -23,13 +25,15 @@ def load_verdicts() -> dict:
 
 def run_eval(entries: list[tuple[str, str, Path]], *, backend: str, results_dir: Path,
              cache_dir: Path, args: tuple[str, ...] = (), env: dict | None = None,
-             problems: Path = PROBLEMS, timeout: float = 1200):
+             settings: dict | None = None, problems: Path = PROBLEMS, timeout: float = 1200):
     """entries: (name, problem key 'level<N>/<id>', file). Candidates are evaluated in the
-    order given (with --jobs 1 they also reach the device in that order). Returns the
-    finished process, {name: record dict} and the results file's path."""
+    order given (with --jobs 1 they also reach the device in that order). `settings`: the
+    config's DEFAULTS beside cache_dir (warmup, correct_trials, run_timeout_s, ...).
+    Returns the finished process, {name: record dict} and the results file's path."""
     cmd, full_env, names, path = eval_command(entries, backend=backend,
                                               results_dir=results_dir, cache_dir=cache_dir,
-                                              args=args, env=env, problems=problems)
+                                              args=args, env=env, settings=settings,
+                                              problems=problems)
     proc = subprocess.run(cmd, cwd=REPO, env=full_env, capture_output=True, text=True,
                           timeout=timeout)
     return proc, read_records(path, names), path
@@ -37,8 +41,9 @@ def run_eval(entries: list[tuple[str, str, Path]], *, backend: str, results_dir:
 
 def eval_command(entries: list[tuple[str, str, Path]], *, backend: str, results_dir: Path,
                  cache_dir: Path, args: tuple[str, ...] = (), env: dict | None = None,
-                 problems: Path = PROBLEMS):
-    """The command line and environment of run_eval's run, the names of its samples
+                 settings: dict | None = None, problems: Path = PROBLEMS):
+    """The command line and environment of run_eval's run (its config.py, written under
+    `results_dir`, sets cache_dir and `settings`), the names of its samples
     ({(key, sample): name}) and where its results file will be."""
     results_dir.mkdir(parents=True, exist_ok=True)
     per_problem: dict[str, int] = {}
@@ -52,9 +57,10 @@ def eval_command(entries: list[tuple[str, str, Path]], *, backend: str, results_
     manifest.write_text(json.dumps({"samples": samples}, indent=1))
     cmd = [sys.executable, "-m", "kb_eval.eval", "--candidates", str(manifest),
            "--source", str(problems), "--backend", backend, "--live-baseline",
-           "--name", "suite", "--run", "r1", "--results-dir", str(results_dir),
-           "--cache-dir", str(cache_dir), *args]
-    full_env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])), **(env or {})}
+           "--name", "suite", "--run", "r1", "--results-dir", str(results_dir), *args]
+    config = tuned_config(results_dir / "config", cache_dir=cache_dir, **(settings or {}))
+    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    full_env = {**os.environ, "PYTHONPATH": path, **config, **(env or {})}
     return cmd, full_env, names, results_dir / "suite" / "r1" / "results.json"
 
 

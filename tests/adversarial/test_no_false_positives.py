@@ -51,8 +51,8 @@ def test_cpp_solutions_clean(tmp_path, build_cache_dir):
     entries = _entries("cpp", "fp32", CPU_KEYS)
     proc, records, _ = run_eval(entries, backend="cpp", results_dir=tmp_path / "res",
                                 cache_dir=build_cache_dir, problems=BERT,
-                                args=("--trials", "3", "--warmup", "1", "--correct-trials", "2",
-                                      "--jobs", "2"))
+                                args=("--trials", "3", "--jobs", "2"),
+                                settings=dict(warmup=1, correct_trials=2))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert not _check(records, entries)
 

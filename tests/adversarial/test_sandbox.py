@@ -82,8 +82,8 @@ def attacked(tmp_path_factory, build_cache_dir):
     try:
         proc, records, path = run_eval(
             entries, backend="cpp", results_dir=results, cache_dir=cache,
-            args=("--trials", "5", "--warmup", "1", "--correct-trials", "3", "--jobs", "2",
-                  "--run-timeout", "90"),
+            args=("--trials", "5", "--jobs", "2"),
+            settings=dict(warmup=1, correct_trials=3, run_timeout_s=90),
             env={"OPENAI_API_KEY": SECRET, "DEEPSEEK_API_KEY": SECRET})
     finally:
         listener.close()

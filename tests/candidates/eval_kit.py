@@ -69,12 +69,13 @@ def child_env() -> dict[str, str]:
 
 
 def tuned_config(folder: Path, **defaults) -> dict[str, str]:
-    """The environment of a command whose config's DEFAULTS set these tuning knobs
-    (lane_depth, recheck_timed, ...: they have no flags): a config.py written in
-    `folder`, named by KB_EVAL_CONFIG."""
+    """The environment of a command whose config's DEFAULTS set these (cache_dir, warmup,
+    correct_trials, run_timeout_s, lane_depth, ...: they have no flags): a config.py
+    written in `folder`, named by KB_EVAL_CONFIG."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "config.py"
-    path.write_text(f"MODELS = []\nDEFAULTS = {defaults!r}\n")
+    values = {k: str(v) if isinstance(v, Path) else v for k, v in defaults.items()}
+    path.write_text(f"MODELS = []\nDEFAULTS = {values!r}\n")
     return {"KB_EVAL_CONFIG": str(path)}
 
 

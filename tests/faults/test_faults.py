@@ -19,7 +19,6 @@ import pytest
 import torch
 
 from adversarial.evalrun import REPO, eval_command, read_records, run_eval
-from candidates.eval_kit import tuned_config
 
 pytestmark = pytest.mark.slow
 
@@ -48,8 +47,8 @@ GPU_ORDER = [
     ("gpu_oom", "gpu_oom.py", SCALE_ADD),
     ("honest_last", "honest_torch.py", SCALE_ADD),
 ]
-ARGS = ("--jobs", "1", "--trials", "3", "--warmup", "1", "--correct-trials", "2",
-        "--run-timeout", "25")
+ARGS = ("--jobs", "1", "--trials", "3")
+SETTINGS = dict(warmup=1, correct_trials=2, run_timeout_s=25)
 # Host memory per child: low enough on CPU for host_oom to hit it quickly; a CUDA child's
 # own footprint (context, libraries) needs more.
 MEM_LIMIT_MB = {"cpp": 3000, "cuda": 16000}
@@ -109,8 +108,8 @@ def evaluate(order, backend, tmp_path_factory, tag, *extra: str) -> dict:
     proc, records, path = run_eval(entries, backend=backend, results_dir=root / "results",
                                    cache_dir=root / "cache",
                                    args=ARGS + extra,
-                                   env={"KB_EVAL_FAULT_TOKEN": token, **tuned_config(
-                                       root / "config", mem_limit_mb=MEM_LIMIT_MB[backend])})
+                                   env={"KB_EVAL_FAULT_TOKEN": token},
+                                   settings={**SETTINGS, "mem_limit_mb": MEM_LIMIT_MB[backend]})
     leftovers = settled_leftovers(token)
     marked = [p for p in leftovers if p in sandbox_processes(token)]
     kill_leftovers(leftovers)
@@ -251,8 +250,8 @@ def test_kill_stops_the_run_cleanly(tmp_path, sig):
                ("host_loop", SCALE_ADD, CANDIDATES / "host_loop.py")]
     cmd, env, names, path = eval_command(
         entries, backend="cpp", results_dir=tmp_path / "results", cache_dir=tmp_path / "cache",
-        args=("--jobs", "1", "--trials", "3", "--warmup", "1", "--correct-trials", "2",
-              "--run-timeout", "600"), env={"KB_EVAL_FAULT_TOKEN": token})
+        args=("--jobs", "1", "--trials", "3"), env={"KB_EVAL_FAULT_TOKEN": token},
+        settings={**SETTINGS, "run_timeout_s": 600})
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))

@@ -200,7 +200,7 @@ class EvalContext:
 def _compile_flag(cfg: EvalConfig) -> str:
     mode = cfg.baseline_mode
     if mode.startswith("tvm"):
-        return " --compile tvm" + (" --tvm-no-arch" if mode == "tvm-noarch" else "")
+        return f" --compile {mode}"
     return f" --compile {mode.removeprefix('compile-')}" if mode != "eager" else ""
 
 

@@ -1,4 +1,5 @@
-"""`--executor ray`: builds and device lanes on a Ray cluster, driven from this process.
+"""The Ray executor (`--ray-address`): builds and device lanes on a Ray cluster, driven
+from this process.
 
     submit() ──► build threads ──► build_on_node (Ray task, 0.8 CPU, any node; writes the
                                    │               shared build cache)
@@ -12,9 +13,9 @@
 The driver keeps the run's secret, hands each lane only the derived seed of the problem it
 judges (ray_lane.ProblemFacts), and alone writes results.json.
 
-The build cache is shared through a path (--cache-dir) every node sees at the same place:
-ninja's files name absolute paths, and one build per source holds cluster-wide. A node
-that does not see the driver's marker file there refuses to work
+The build cache is shared through a path (DEFAULTS cache_dir) every node sees at the same
+place: ninja's files name absolute paths, and one build per source holds cluster-wide. A
+node that does not see the driver's marker file there refuses to work
 (ray_lane.shared_cache_error).
 
 A lane that dies mid-sample has its sample queued again (`requeued` on the record) and is

@@ -1,8 +1,8 @@
-"""What `--executor ray` runs in Ray's worker processes (trusted: our code only; candidate
-code still runs only in fresh children, as locally):
+"""What the Ray executor (`--ray-address`) runs in Ray's worker processes (trusted: our
+code only; candidate code still runs only in fresh children, as locally):
 
 - `build_on_node`, a Ray task: one source built by the local pool's Builder into the
-  shared build cache;
+  shared build cache (DEFAULTS cache_dir);
 - `Lane`, a Ray actor: one device lane with its own reference server, judging each
   sample with lane.py.
 
@@ -80,14 +80,14 @@ class LaneContext(EvalContext):
 
 def shared_cache_error(spec: dict) -> str | None:
     """Why this node cannot use the driver's build cache (None: it sees it). The driver
-    wrote `spec["marker"]` under --cache-dir before starting anything."""
+    wrote `spec["marker"]` under the cache folder before starting anything."""
     if Path(spec["marker"]).is_file():
         return None
     import ray
 
-    return (f"--cache-dir {spec['config'].cache_dir} is not shared with node "
-            f"{ray.util.get_node_ip_address()}: builds and lanes must see one cache, give a "
-            f"path every node mounts (see README, 'On a Ray cluster')")
+    return (f"the build cache (DEFAULTS cache_dir) {spec['config'].cache_dir} is not "
+            f"shared with node {ray.util.get_node_ip_address()}: builds and lanes must see "
+            f"one cache, give a path every node mounts (see README, 'On a Ray cluster')")
 
 
 def build_on_node(spec: dict, source: str, workdir: str,
