@@ -42,13 +42,14 @@ def evaluate(pairs: Iterable[Pair], config: EvalConfig | None = None, *,
 
 
 def _stream(ctx: EvalContext, pairs: Iterable[Pair]) -> Iterator[SampleRecord]:
-    _cpu_peaks_first(ctx)
     pool = make_pool(ctx)
     intake_done, intake_error = threading.Event(), []
 
     def intake() -> None:
         try:
-            for pair in pairs:
+            for n, pair in enumerate(pairs):
+                if n == 0:
+                    _cpu_peaks_first(ctx)
                 problem, sample, source, *rest = pair
                 if not isinstance(problem, Problem):
                     raise TypeError(f"expected (Problem, sample, source), got {type(problem)}")
