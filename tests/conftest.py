@@ -27,3 +27,14 @@ def build_cache_dir() -> Path:
     path = Path(os.environ.get("KB_EVAL_TEST_CACHE", REPO / ".cache" / "test-builds"))
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+@pytest.fixture
+def profile_one_step(tmp_path_factory, build_cache_dir, monkeypatch):
+    """The config the profile tests read: one recorded forward on the CPU, and the
+    session's build cache for the solutions."""
+    from candidates.eval_kit import tuned_config
+
+    config = tuned_config(tmp_path_factory.mktemp("config"), profile_cpu_steps=1,
+                          cache_dir=build_cache_dir)
+    monkeypatch.setenv("KB_EVAL_CONFIG", config["KB_EVAL_CONFIG"])

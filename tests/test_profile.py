@@ -10,22 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from candidates.eval_kit import tuned_config
 from kb_eval.cli import run_cli
 from kb_eval.profile.__main__ import main
 from kb_eval.profile.categories import CATEGORIES
 
+pytestmark = pytest.mark.usefixtures("profile_one_step")
+
 REPO = Path(__file__).resolve().parents[1]
 CPP_GELU = REPO / "reference_kernels" / "solutions" / "cpp" / "gelu.py"
-
-
-@pytest.fixture(autouse=True)
-def one_step(tmp_path_factory, build_cache_dir, monkeypatch):
-    """The config these profiles read: one recorded forward on the CPU, and the session's
-    build cache for the solutions."""
-    config = tuned_config(tmp_path_factory.mktemp("config"), profile_cpu_steps=1,
-                          cache_dir=build_cache_dir)
-    monkeypatch.setenv("KB_EVAL_CONFIG", config["KB_EVAL_CONFIG"])
 
 
 def profile(*args: str) -> int:
