@@ -13,25 +13,31 @@ from kb_eval.host_state import POLL_S, timed_at_full_pace, work_ms
 
 
 def test_host_work_takes_longer_on_a_shared_core():
+    """Three busy processes on our core: about a quarter of it left, against whatever the
+    machine's other load leaves alone (their fastest turn). Other load slows both sides,
+    so the ratio only shrinks towards (n + 4) / (n + 1) with n other runnable tasks."""
     core = min(os.sched_getaffinity(0))
     before = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {core})
-    burner = subprocess.Popen([sys.executable, "-c", "while True: pass"])  # same core
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"])  # same core
+               for _ in range(3)]
     alone, shared = [], []
     try:
-        time.sleep(0.3)  # the burner's interpreter is up
-        for _ in range(3):  # alternate, so that other load on the machine hits both
-            burner.send_signal(signal.SIGSTOP)
-            alone.append(work_ms(5))
-            burner.send_signal(signal.SIGCONT)
+        time.sleep(0.3)  # the burners' interpreters are up
+        for _ in range(5):  # alternate, so that other load on the machine hits both
+            for b in burners:
+                b.send_signal(signal.SIGSTOP)
+            alone.append(work_ms(3))
+            for b in burners:
+                b.send_signal(signal.SIGCONT)
             time.sleep(0.02)
-            shared.append(work_ms(5))
+            shared.append(work_ms(3))
     finally:
-        burner.kill()
-        burner.wait()
+        for b in burners:
+            b.kill()
+            b.wait()
         os.sched_setaffinity(0, before)
-    # one other busy process on the core: about half the CPU, so about twice the time
-    assert statistics.median(shared) > 1.3 * statistics.median(alone), (alone, shared)
+    assert statistics.median(shared) > 1.3 * min(alone), (alone, shared)
 
 
 # --- a baseline's timing of a host-paced problem (host_state.timed_at_full_pace) ---
