@@ -92,6 +92,8 @@ class TimingSettings(BaseModel):
                                    "timed (it varied with the host's speed: drift)")
     method: str = Field("cuda_events+l2flush+cover+devwait", description="recorded with "
                         "results; speedups refuse to mix methods")
+    cut: bool = Field(False, exclude=True, description="plan_timing's slow cut: fewer "
+                      "rounds of one call (never stored or sent)")
 
     @model_validator(mode="before")
     @classmethod
@@ -201,7 +203,7 @@ def _slow_cut(settings: TimingSettings, own_ms: float | None,
 
 def cut_rounds(settings: TimingSettings, k: int) -> TimingSettings:
     """`settings` with `k` paired rounds of one timed call each."""
-    return settings.model_copy(update={"paired_rounds": k, "trials": k})
+    return settings.model_copy(update={"paired_rounds": k, "trials": k, "cut": True})
 
 
 def method_for(device_type: str, flush_l2: bool = True,
