@@ -1,8 +1,7 @@
 """Time every selected reference, each in its own child process, into one baseline file
-per hardware, precision and mode. A problem may be timed in `visits` children, one per
-sweep, its trials split between them, so that its calls are spread over the run and over
-processes (a host-paced reference's speed differs between processes: docs/GUARANTEES.md).
-The file is rewritten atomically after every visit, so `--resume` loses nothing."""
+per hardware, precision and mode. A problem may be timed in `visits` children, its trials
+split between them, so its calls spread over the run and over processes
+(docs/GUARANTEES.md). The file is rewritten after every visit: `--resume` loses nothing."""
 
 from __future__ import annotations
 
