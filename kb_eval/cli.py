@@ -1,7 +1,6 @@
-"""What every command line shares: one-line errors for user mistakes, exit code 2, the
-selection flags (source, level, problems, name), --results-dir, counts whose default
-depends on the device (--trials), and the flags of how candidates are built and run (eval
-and run both evaluate); the finer knobs are the config's DEFAULTS (kb_eval/settings.py)."""
+"""What every command line shares: one-line errors for user mistakes (exit code 2), the
+selection flags, --results-dir, device-dependent counts (--trials), and the flags of how
+candidates are built and run; finer knobs are the config's DEFAULTS (settings.py)."""
 
 from __future__ import annotations
 
@@ -18,10 +17,8 @@ from kb_eval.errors import UserError
 
 
 def run_cli(main: Callable[[list[str] | None], int | None], argv: list[str] | None = None) -> int:
-    """Run a command; a UserError is one line on stderr and exit code 2. `kill` (SIGTERM:
-    a timeout, a batch scheduler's preemption) stops it as Ctrl-C does: children killed,
-    what was finished saved, exit 130. Python's default would end the process at once
-    and leave its children behind."""
+    """Run a command; a UserError is one line on stderr and exit code 2. `kill` (SIGTERM)
+    stops it as Ctrl-C does: children killed, what was finished saved, exit 130."""
     try:
         with sigterm_as_interrupt():
             return int(main(argv) or 0)
@@ -174,11 +171,9 @@ def add_quiet_flag(p: argparse.ArgumentParser) -> None:
 
 
 def writable_dir(path: Path | str, flag: str, given: Path | str | None = None) -> Path:
-    """A folder we are about to write into, probed with a scratch file:
-    a file in the way, a missing permission or a read-only place is one line before any
-    work, not a traceback from deep inside the first write (os.access would not do: it
-    says yes to root, even on a read-only file system). `given`: what the user typed, when
-    `path` is the folder of a file they named."""
+    """A folder we are about to write into, probed with a scratch file, so a problem is one
+    line before any work (os.access says yes to root, even read-only). `given`: what the
+    user typed, when `path` is the folder of a file they named."""
     path = Path(path).expanduser()
     flag = f"{flag} {given if given is not None else path}"
     blocker = next((p for p in (path, *path.parents) if p.exists() or p.is_symlink()), None)
@@ -206,11 +201,8 @@ def check_gpus_visible(spec: str | None, flag: str = "--gpus") -> None:
         raise UserError(f"{flag} {spec}: no GPU visible (torch sees no CUDA device)")
 
 
-# Candidate children in flight per GPU unless the config's DEFAULTS["lane_depth"] says
-# otherwise: depth 3 gave the serial run's verdicts, and speedups that differed across
-# depths no more than between runs at one depth (docs/PERFORMANCE.md, "Issue 15's three
-# figures" and "Lane depth"); a 12-16 GiB problem runs with fewer or no neighbours, by
-# its memory plan.
+# Candidate children in flight per GPU unless DEFAULTS["lane_depth"] says otherwise
+# (docs/PERFORMANCE.md, "Lane depth"); a large problem gets fewer neighbours by its plan.
 GPU_LANE_DEPTH = 3
 
 
@@ -245,10 +237,8 @@ def add_execution_flags(p: argparse.ArgumentParser) -> None:
 
 
 def execution_config(args, defaults, cpu: bool) -> dict:
-    """EvalConfig fields from add_execution_flags' flags, and the knobs that only the
-    config's DEFAULTS set (build cache, time limits, lane depth, CPU lanes, time budgets,
-    memory per child, timed calls re-checked, launch counting: docs/FLAGS.md, "Settings in
-    config.py"). `cpu`: candidates run on the CPU."""
+    """EvalConfig fields from add_execution_flags' flags and the knobs only the config's
+    DEFAULTS set (docs/FLAGS.md, "Settings in config.py"). `cpu`: candidates run on the CPU."""
     if args.jobs is not None and args.jobs < 1:
         raise UserError(f"--jobs must be at least 1 (got {args.jobs})")
     check_gpus_visible(args.gpus)

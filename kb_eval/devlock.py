@@ -1,21 +1,11 @@
 """The per-device timing lock: several candidate children may work on one device at once,
 but a timed region runs alone.
 
-A reader/writer lock across processes, made of two `flock` files:
-- untimed work on the device (setup, load, correctness calls) holds `<path>` shared;
-- a timed region holds `<path>` exclusive, so it starts only once every other holder let
-  go, and nothing new starts on the device until it ends;
-- `<path>.gate` makes waiting writers win: a reader passes through it before taking its
-  share and a writer holds it while it waits, so readers cannot starve a timed region.
-
-`flock` locks die with the process, so a child that crashes while holding one frees it;
-threads each open their own files, so they exclude each other like processes. The child's
-holds are cooperative (candidate code shares the process): a candidate that drops them
-can only slow its neighbours' timings, never speed up its own, and one that holds them
-too long is stopped by the lane's time budgets.
-
-With KB_EVAL_LOCK_TRACE naming a file, every hold's start and end is logged there;
-`hold_shares` and `timing_gaps` read it back.
+A reader/writer lock across processes from two `flock` files: untimed work holds `<path>`
+shared, a timed region holds it exclusive, and `<path>.gate` lets waiting writers win.
+Locks die with their process; threads open their own files. The child's holds are
+cooperative: dropping them only slows its neighbours, holding too long meets the lane's
+budgets. KB_EVAL_LOCK_TRACE logs every hold (`hold_shares`, `timing_gaps` read it).
 """
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
 """How fast the host's CPU runs just now, and a baseline's repeated timing of a
 host-paced problem until the host has run it at full pace.
 
-A reference that launches thousands of kernels a call runs at the host's pace, which on
-cloud machines moves by itself (up to twofold, for seconds to minutes, on every core:
-docs/PERFORMANCE.md). A baseline file is compared across runs, so it records the host's
-pace around each problem's calls and retimes a host-paced problem at full pace until two
-timings agree, keeping the fastest. The eval's speedups need none of this: both sides are
-timed in interleaved rounds.
+A reference launching thousands of kernels a call runs at the host's pace, which on
+cloud machines moves by itself (docs/PERFORMANCE.md). A baseline file is compared across
+runs, so it retimes such a problem at full pace until two timings agree. The eval needs
+none of this: both sides are timed in interleaved rounds.
 """
 
 from __future__ import annotations

@@ -55,9 +55,7 @@ def cast_tree(x: Any, dtype: torch.dtype) -> Any:
 @contextlib.contextmanager
 def seeded(device: str | torch.device, seed: int):
     """Draws inside the block come from `seed`, on the CPU's generator and, on a GPU, on a
-    generator state of our own that the device's default generator points at for the
-    block only. So our draws never touch the state a candidate's CUDA graph registered
-    (a failed capture leaves it marked as capturing, and drawing on it raises). Draws
+    generator state of our own (never the state a candidate's CUDA graph registered). Draws
     what torch.manual_seed(seed) would, without its cost (docs/PERFORMANCE.md)."""
     dev = torch.device(device)
     torch.default_generator.manual_seed(seed)
@@ -132,10 +130,8 @@ def _legacy_follows(device) -> bool:
 
 @contextlib.contextmanager
 def constructing_on(device):
-    """Tensors a module makes while it is constructed land on `device`: factory functions
-    by the device context, and on a GPU the legacy `torch.Tensor(n, m)` too, through the
-    (deprecated) default tensor type. Otherwise such a candidate's weights would sit on
-    the CPU, or come from another generator than the reference's."""
+    """Tensors a module makes while constructed land on `device` (on a GPU the legacy
+    `torch.Tensor(n, m)` too), so a candidate's weights come from the reference's generator."""
     dev = torch.device(device)
     if not _legacy_follows(dev):
         with dev:

@@ -1,11 +1,8 @@
 """The machine's peaks, measured once per machine and kept beside its baseline files
-(results/baseline/<hardware-slug>/peaks.json): DRAM bandwidth (a copy and a read-only
-sum over a buffer far beyond the caches) and torch.matmul's dense rate at fp32 (TF32
-off), TF32, bf16 and fp16. They are the ceilings of every sample's speed-of-light share.
-
-    python -m kb_eval.baseline --peaks        # measure (again) and write the file
-
-A file made on other hardware is measured again on first need (`ensure_peaks`).
+(results/baseline/<hardware-slug>/peaks.json): DRAM bandwidth and torch.matmul's dense
+rate at fp32 (TF32 off), TF32, bf16 and fp16, the ceilings of every speed-of-light share.
+`python -m kb_eval.baseline --peaks` measures them again; a file made on other hardware
+is measured again on first need (`ensure_peaks`).
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """python -m kb_eval.check --harness: can this evaluator judge these problems on this machine?
 
-Each selected problem's own reference is evaluated as the candidate (`ModelNew = Model`)
-through the real eval path. A copy of the reference must be judged correct at a speedup
-of about 1; a problem where it is not cannot tell a right kernel from a wrong one here
-(or the evaluator has a fault), which a user should know before spending API money.
-
-Prints and writes as JSON one row per problem (verdict, memory, determinism, speedup,
-the reason it is not judgeable). Exit 0 when every problem is judgeable, 1 otherwise.
+Each problem's own reference is evaluated as the candidate (`ModelNew = Model`) through
+the real eval path: it must be judged correct at a speedup of about 1, else the problem
+cannot tell a right kernel from a wrong one here. One row per problem (printed and JSON);
+exit 0 when every problem is judgeable, 1 otherwise.
 """
 
 from __future__ import annotations

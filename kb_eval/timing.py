@@ -1,17 +1,9 @@
 """The measurement core: baseline and eval both time through `time_callable`.
 
-CUDA: each call is bracketed by CUDA events after the L2 cache is flushed (a buffer twice
-the device's L2 is zeroed), so every call starts cold, as the first call of a real model
-step would. The flush and a short GPU spin (the launch cover) are queued right before the
-start event, so the host's path to the call's first kernel is hidden behind them rather
-than counted: that is the host's speed, which varies between processes and passes. Work
-that a callable leaves on other streams is counted: after the current stream's end event
-we wait for the whole device; if that wait blocks longer than an idle device's
-(calibrated once per process), the call's time runs up to the device going idle.
-CPU: the same API with a monotonic clock.
-Warmup calls first, then `trials` timed calls; the first timed call is discarded by
-default (allocator growth and lazy initialisation land there). How many calls and rounds,
-and the thresholds behind them, are the policy's: kb_eval/timing_plan.py (torch-free).
+CUDA: CUDA events around each call, after an L2 flush and a short GPU spin (the launch
+cover) that hide the host's path to the first kernel; work left on other streams is
+charged from the device-wide wait's excess. CPU: a monotonic clock. The policy (how many
+calls and rounds) is kb_eval/timing_plan.py's (torch-free).
 """
 
 from __future__ import annotations
@@ -35,11 +27,8 @@ from kb_eval.timing_plan import (  # noqa: F401
 
 ArgsForTrial = Callable[[int], Sequence[Any]]
 
-# Host seconds this process spent in each part of its timings, for the phases that say
-# where a timing step's time goes (eval: child_timing_*, pair_reference_*): "gc" the
-# collection before the first round, "draw" the inputs, "timed" the timed calls with
-# their flush and synchronize, "check" what runs on each output (tripwires, re-checks),
-# "spin" the spin-ups; paired timing adds its own parts. Never part of a scored time.
+# Host seconds spent in each part of this process's timings (gc, draw, timed, check,
+# spin, ...), for the phases child_timing_* and pair_reference_*. Never a scored time.
 SPENT: collections.Counter[str] = collections.Counter()
 
 
@@ -58,25 +47,10 @@ def spent(part: str):
         SPENT[part] += clocks.perf_counter() - started
 
 
-# The environment of every process that times a call (the candidate's child, the
-# reference server, the baseline stage's children), the same on both sides. OpenMP's
-# default lets a pool's threads spin for a while after each parallel region: that spin is
-# CPU used between calls by threads of the candidate's process, which the check for work
-# outside the calls (eval/child/threads.py) would charge to an honest kernel using OpenMP.
-# Passive threads sleep at once; whatever CPU a thread still uses between calls is work.
-# glibc's malloc moves its mmap threshold with each process's history: a call's output
-# may come from fresh mmap pages (their page faults timed inside the call) in one process
-# and from the heap in another, a bias between two timings of the same code that no
-# resampling sees. Fixed thresholds make both sides allocate alike: blocks under 1 GiB
-# from the heap, up to 1 GiB of freed memory kept rather than trimmed and faulted in
-# again (more would count against the children's host-memory limit). CPU reference
-# copies (tests/test_paired_timing.py's 6; 3 runs each, alternating, quiet 2-core
-# machine; measured with 4 GiB kept, which these small problems never reach): 16 of 18
-# within [0.95, 1.05] with them (all in [0.937, 1.041]), 11 of 18 without (down to 0.842).
-# A profiled call (launch counts, kb_eval/profile/launches.py) leaves NVIDIA's CUPTI
-# attached to the process unless TEARDOWN_CUPTI=1, and an attached CUPTI slows every later
-# kernel launch (PyTorch issue 144455: 10-20 % of a training step): the reference server
-# times many problems after counting one.
+# The environment of every process that times a call, the same on both sides
+# (docs/GUARANTEES.md): passive OpenMP threads use no CPU between calls (which
+# eval/child/threads.py would charge); fixed malloc thresholds make both sides allocate
+# alike; CUPTI torn down after a profiled call (attached, it slows every later launch).
 TIMED_PROCESS_ENV = {"OMP_WAIT_POLICY": "PASSIVE", "MALLOC_MMAP_THRESHOLD_": str(1 << 30),
                      "MALLOC_TRIM_THRESHOLD_": str(1 << 30), "TEARDOWN_CUPTI": "1"}
 
@@ -114,12 +88,9 @@ def time_samples(fn: Callable[..., Any], settings: TimingSettings | None = None,
 def time_calls(fn: Callable[..., Any], indices: Sequence[int], timer: "_CpuTimer | _CudaTimer",
                args: ArgsForTrial, on_output: Callable[[int, Any], None] | None = None,
                collect: bool = True) -> list[float]:
-    """One timed call per index, each on `args(i)` drawn before its clock starts (input
-    generation is never timed); the times in ms. Paired timing (eval) calls this once per
-    round on each side, collecting garbage before its first round only (`collect`): one
-    per round was seconds of every sample. The young generations only: what the calls
-    before timing left in cycles is young, while a full collection walks everything the
-    reference server loaded since it started (docs/PERFORMANCE.md)."""
+    """One timed call per index on `args(i)`, drawn before its clock starts; the times in
+    ms. `collect`: a young-generation collection first (paired timing: before its first
+    round only; docs/PERFORMANCE.md)."""
     samples, now = [], clocks.perf_counter
     if collect:
         with spent("gc"):
@@ -150,11 +121,9 @@ _TIMERS: dict[tuple[str, bool, float], "_CudaTimer"] = {}
 
 def timer_for(device: torch.device, flush_l2: bool = True, spin_up_s: float = 0.01,
               cover_ms: float = 0.0, first_spin_s: float = 0.03) -> "_CpuTimer | _CudaTimer":
-    """The process's timer for `device`: a CUDA timer (its flush buffer and calibration)
-    is made once, after `first_spin_s` of GPU work, and reused by every round. Each later
-    use spins the GPU up again for `spin_up_s`, so a round that follows an idle wait (the
-    other side's round, a file read) starts at the clocks the previous one ended at.
-    `cover_ms`: see TimingSettings.launch_cover_ms."""
+    """The process's timer for `device`: a CUDA timer is made once (after `first_spin_s`
+    of GPU work) and each later use spins the GPU up for `spin_up_s`, so a round after an
+    idle wait starts at the clocks the previous one ended at."""
     if device.type != "cuda":
         return _CpuTimer()
     key = (str(device), flush_l2, cover_ms)
@@ -165,20 +134,16 @@ def timer_for(device: torch.device, flush_l2: bool = True, spin_up_s: float = 0.
     return _TIMERS[key]
 
 
-# A paired timing's timer is made after at least this much GPU work (its first round
-# spins again): its calibration (the sleep rate that sizes the launch cover) reads the
-# clocks, and the candidate's child comes to it from its warm-up calls, after waiting
-# for the device while another sample's timing step ran; a longer first spin cost each
-# child device time held alone (docs/PERFORMANCE.md).
+# A paired timing's timer is made after at least this much GPU work: its calibration
+# reads the clocks; longer cost each child device time held alone (docs/PERFORMANCE.md).
 ROUND_TIMER_FIRST_SPIN_S = 0.002
 
 
 def round_timer(device: torch.device, settings: TimingSettings,
                 busy_s: float = 0.0) -> "_CpuTimer | _CudaTimer":
-    """The timer for a paired round, the same on both sides (the candidate's child and the
-    reference server): a round starts after the settings' `round_spin_up_ms` of GPU work,
-    of which `busy_s` were done already (the round's untimed call, timed by the caller up
-    to its synchronize): only the rest is spun, so long calls do not spin again."""
+    """The timer for a paired round, the same on both sides: a round starts after
+    `round_spin_up_ms` of GPU work, of which `busy_s` were done already (its untimed call),
+    so only the rest is spun."""
     spin_s = max(0.0, settings.round_spin_up_ms / 1e3 - busy_s)
     first_s = max(ROUND_TIMER_FIRST_SPIN_S, settings.round_spin_up_ms / 1e3)
     with spent("spin"):
@@ -188,9 +153,8 @@ def round_timer(device: torch.device, settings: TimingSettings,
 class DeviceWait(NamedTuple):
     """One device-wide synchronize, as this thread lived it."""
     wall_ms: float  # how long it blocked
-    cpu_ms: float  # this thread's CPU time meanwhile: a context that spins (CUDA's default
-    #               with fewer contexts than cores) spends the whole wait for pending work
-    #               on the CPU, while a wait the host caused (a sleep, a fault) does not
+    cpu_ms: float  # this thread's CPU time meanwhile: a spinning wait for pending work
+    #               uses it all, a wait the host caused (a sleep, a fault) does not
     preempted: bool  # an involuntary context switch happened meanwhile
 
 
@@ -204,21 +168,14 @@ def device_wait(device: torch.device) -> DeviceWait:
 
 
 def device_wait_ms(device: torch.device) -> float | None:
-    """Host milliseconds a device-wide synchronize blocked: long means work was pending on
-    some stream. None when this thread was preempted meanwhile (an involuntary context
-    switch: a loaded host, e.g. builds on every core), because then the figure measures
-    the host's scheduler, not the device: on a host loaded with builds, such waits made
-    honest reference solutions look like they left work running."""
+    """Host milliseconds a device-wide synchronize blocked (long: work pending on some
+    stream); None when this thread was preempted meanwhile: then it measured the host."""
     wait = device_wait(device)
     return None if wait.preempted else wait.wall_ms
 
 
-# The device-wide wait after an honest call, on an idle device, is slower than the timer's
-# calibration (~0.007 ms, a tight loop of one-float kernels) and depends on what came
-# before (figures: docs/PERFORMANCE.md, `benchmarks/slow_state_probe.py calib`). A
-# wait up to this long charges nothing; beyond it, the excess is the late work. Work on
-# other streams that ends within it is free, as it always was within the calibrated limit
-# and the host's own delay in seeing the end event (tens of microseconds).
+# A device-wide wait up to this long after a call charges nothing; beyond it, the excess
+# is late work (an honest call's wait exceeds the calibration; docs/PERFORMANCE.md).
 HONEST_WAIT_MS = 0.1
 
 # A tiny kernel's host round trip on an idle GPU takes ~0.02 ms; behind kernels of another
@@ -228,10 +185,8 @@ QUIET_PROBE_MS = 0.25
 
 def busy_ms_before_quiet(device: torch.device, limit_s: float = 5.0, calm: int = 3) -> float:
     """Host milliseconds until the GPU ran `calm` tiny kernels of ours in a row at an idle
-    GPU's latency: how long work of another process kept it busy (0 when none did). A
-    synchronize sees only this process's work, so this is how the reference server tells
-    that a stopped candidate's kernels are still running. At the limit: the time waited.
-    Probes during which this thread was preempted measured the host and are not counted."""
+    GPU's latency: how long another process's work kept it busy (a synchronize sees only
+    ours). The reference server sees a stopped candidate's kernels still running so."""
     probe = torch.empty(1, device=device)
     torch.cuda.synchronize(device)  # our own work first: only another process's may remain
     t_start, fast, quiet_since = clocks.perf_counter(), 0, 0.0
@@ -252,8 +207,7 @@ def busy_ms_before_quiet(device: torch.device, limit_s: float = 5.0, calm: int =
 
 
 def take_launch_ms(timer: "_CpuTimer | _CudaTimer") -> float | None:
-    """The median launch time of the calls `timer` timed since the last take (None on a
-    CPU or when none were), and forget them."""
+    """The median launch time of the calls timed since the last take (None if none)."""
     launches = getattr(timer, "launch_ms", None)
     if not launches:
         return None
@@ -290,23 +244,18 @@ class _CudaTimer:
         self.cover_cycles = round(cover_ms * self._sleep_rate()) if cover_ms > 0 else 0
 
     def _spin_up(self, seconds: float = 0.03) -> None:
-        """Keep the GPU busy briefly so its clocks leave idle before anything is timed
-        (an idle GPU sits at a few hundred MHz; a few warmup calls of a 50 us kernel do
-        not wake it)."""
+        """Keep the GPU busy briefly so its clocks leave idle before anything is timed,
+        one zeroing at a time to end near `seconds` (docs/PERFORMANCE.md)."""
         buf = self.flush_buf if self.flush_buf is not None else torch.empty(
             1 << 26, dtype=torch.uint8, device=self.device)
-        # One zeroing at a time, to end within a zeroing's time of `seconds` (batches
-        # overshoot it; docs/PERFORMANCE.md).
         t_end = clocks.perf_counter() + seconds
         while clocks.perf_counter() < t_end:
             buf.zero_()
             torch.cuda.synchronize(self.device)
 
     def _calibrate(self) -> tuple[float, float]:
-        """With nothing else running: the host time of a device-wide synchronize (the
-        threshold for 'the device was still busy') and the GPU-time gap between an end
-        event and one recorded after that synchronize (subtracted when side-stream work
-        is found)."""
+        """With nothing else running: the host time of a device-wide synchronize, and the
+        GPU-time gap from an end event to one recorded after it (subtracted from late work)."""
         idx = self.device.index
         if idx not in self._calibration:
             probe = torch.empty(1, device=self.device)
@@ -328,8 +277,7 @@ class _CudaTimer:
         return self._calibration[idx]
 
     def _sleep_rate(self) -> float:
-        """GPU clock cycles per millisecond of `torch.cuda._sleep` at the clocks just spun
-        up to (measured once per device: the SM clock is not a property torch reports)."""
+        """GPU clock cycles per millisecond of `torch.cuda._sleep` (once per device)."""
         idx = self.device.index
         if idx not in self._cycles_per_ms:
             cycles, rates = 1_000_000, []
@@ -343,17 +291,13 @@ class _CudaTimer:
         return self._cycles_per_ms[idx]
 
     def _wait_for_end(self) -> float | None:
-        """Wait for the current stream's end event, then for the whole device; return
-        the host milliseconds the device-wide wait took (long = other streams busy)."""
+        """Wait for the end event, then for the whole device: device_wait_ms."""
         self.end.synchronize()
         return device_wait_ms(self.device)
 
     def _pre_queue(self) -> None:
-        """Put GPU work ahead of the start event so that the host's path from recording it
-        to the call's first kernel is not timed: the flush when there is one, then the
-        launch cover. The flush alone hid too little of the host's path, which varies with
-        the host, so single-kernel calls timed at two speeds, switching between rounds
-        (docs/PERFORMANCE.md)."""
+        """GPU work (the flush, the launch cover) ahead of the start event, so that the
+        host's path to the call's first kernel is not timed (docs/PERFORMANCE.md)."""
         if self.flush_buf is not None:
             self.flush_buf.zero_()
         if self.cover_cycles:
@@ -372,22 +316,15 @@ class _CudaTimer:
         on_stream = self.start.elapsed_time(self.end)
         if waited is not None:
             return on_stream + self._late_work_ms(waited), out
-        # A wait during which this thread was preempted proves nothing either way, so it
-        # counts as busy: the call runs up to an event recorded after the device went
-        # idle. The host's delay may then add to an honest call, but a cheat never gains
-        # from a loaded host (builds running beside the timing once let a side-stream
-        # cheat's calls time at their launch: 10x "faster").
+        # A preempted wait proves nothing, so it counts as busy: a cheat never gains from
+        # a loaded host, though an honest call may pay the host's delay.
         self.after_sync.record()
         self.after_sync.synchronize()
         return max(on_stream, self.start.elapsed_time(self.after_sync) - self.latency[1]), out
 
     def _late_work_ms(self, waited: float) -> float:
-        """What a call left running on other streams after its end event, from the
-        device-wide wait it made the host sit through: the wait's excess over the longest
-        an idle device's takes (HONEST_WAIT_MS, or 3x the calibrated wait + 0.02 ms on a
-        slower host). Only the excess: charging a long wait's call up to an event recorded
-        after the wait, as before, added the host's whole way back (~0.13 ms) to 12-70 %
-        of honest calls in stretches of seconds, the "slow state" that moved the
-        baseline's passes (docs/GUARANTEES.md)."""
+        """What a call left running on other streams: the device-wide wait's excess over an
+        idle device's longest (HONEST_WAIT_MS, or 3x the calibrated wait + 0.02 ms). Only
+        the excess (docs/GUARANTEES.md, the "slow state")."""
         sync_ms, _ = self.latency
         return max(0.0, waited - max(3 * sync_ms + 0.02, HONEST_WAIT_MS))

@@ -1,10 +1,8 @@
 """The work a problem asks of the hardware, and a timed call's share of the speed of light.
 
-`ProblemWork`: the reference's FLOPs (FlopCounterMode: elementwise ops count 0) and its
-compulsory bytes (inputs, weights and outputs, each once), counted on the meta device
-where possible, else on a real forward. `SolShare`: a call's achieved FLOP/s and bytes/s
-over the machine's peaks (peaks.py), the larger being its speed-of-light share.
-
+`ProblemWork`: the reference's FLOPs (elementwise ops count 0) and compulsory bytes
+(inputs, weights, outputs once), counted on the meta device where possible. `SolShare`:
+achieved FLOP/s and bytes/s over the machine's peaks, the larger being the share.
 Only pydantic at import time (kb_eval.results imports these schemas).
 """
 

@@ -191,6 +191,8 @@ def test_a_slow_candidate_gets_the_cut_rounds():
     alone = plan_timing(parent, reference_ms=4.4, launch_ms=0.1, own_ms=370.0, paired=False)
     assert (alone.paired_rounds, alone.trials) == (parent.paired_rounds, parent.trials)
     assert child == cut_rounds(alone, 5)  # what the pairing makes of the announced five
+    assert child.cut and not alone.cut and not parent.cut
+    assert "cut" not in child.model_dump()  # the plan's, never stored or sent
 
 
 def test_work_left_on_other_streams_is_the_device_waits_excess():

@@ -23,10 +23,8 @@ from kb_eval.problems import load_problems
 from kb_eval.settings import load_settings
 from kb_eval.timing import TimingSettings, method_for
 
-# How long a problem whose calls spend half or more of their time launching kernels may be
-# timed again, each time once the host CPU runs at its full pace, until two timings agree
-# (the fastest kept; recorded per visit: host_tries, host_full_pace): slow stretches of
-# the host last seconds to minutes (host_state.py, docs/PERFORMANCE.md).
+# How long a launch-heavy problem may be timed again, each time once the host runs at
+# its full pace, until two timings agree (host_state.py, docs/PERFORMANCE.md).
 HOST_WAIT_S = 30.0
 
 

@@ -1,14 +1,14 @@
 """Time every selected reference, each in its own child process, into one baseline file
-per hardware, precision and mode. A problem may be timed in `visits` children, one per
-sweep, its trials split between them, so that its calls are spread over the run and over
-processes (a host-paced reference's speed differs between processes: docs/GUARANTEES.md).
-The file is rewritten atomically after every visit, so `--resume` loses nothing."""
+per hardware, precision and mode. A problem may be timed in `visits` children, its trials
+split between them, so its calls spread over the run and over processes
+(docs/GUARANTEES.md). The file is rewritten after every visit: `--resume` loses nothing."""
 
 from __future__ import annotations
 
 import os
 import secrets
 import statistics
+import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -18,7 +18,7 @@ from kb_eval.errors import UserError
 from kb_eval.eval.schedule import pinning
 from kb_eval.isolation import run_isolated
 from kb_eval.isolation.procs import resume_starts, stop_all
-from kb_eval.peaks import PeaksFile, peaks_path, read_peaks, write_peaks
+from kb_eval.peaks import PeaksFile, measure, peaks_path, read_peaks, write_peaks
 from kb_eval.problems import Problem
 from kb_eval.progress import ProgressBar
 from kb_eval.results import (BaselineFile, BaselineRecord, BaselineVisit, HardwareInfo,
@@ -111,14 +111,18 @@ def _visit_all(pool: ThreadPoolExecutor, queue: list, job: BaselineJob, data: Ba
 
 
 def ensure_peaks(results_dir: Path, device: str, gpu: int | None = None,
-                 again: bool = False) -> PeaksFile:
-    """The machine's peaks file (kb_eval/peaks.py), measured in a fresh child on `gpu`
-    when it is missing, made elsewhere, or `again` is asked."""
+                 again: bool = False, here: bool = False) -> PeaksFile:
+    """The machine's peaks file (kb_eval/peaks.py), measured when it is missing, made
+    elsewhere, or `again` is asked: in a fresh child on `gpu`, or in this process when
+    `here` (a CPU eval does, so no child's start competes for the cores)."""
     hardware = HardwareInfo.detect(device)
-    path = peaks_path(results_dir, hardware.slug)
-    known = None if again else read_peaks(path, hardware)
+    known = None if again else read_peaks(peaks_path(results_dir, hardware.slug), hardware)
     if known is not None:
         return known
+    if here:
+        print("kb_eval: measuring this machine's peaks once, before the builds start",
+              file=sys.stderr, flush=True)
+        return write_peaks(results_dir, measure(device), hardware)
     env = child_env("cpu" if device == "cpu" else str(gpu or 0), [gpu or 0])
     with tempfile.TemporaryDirectory(prefix="kb_peaks_") as tmp:
         outcome = run_isolated(PEAKS_TASK, {"device": "cpu" if device == "cpu" else "cuda:0"},

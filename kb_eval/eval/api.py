@@ -12,17 +12,16 @@ finish. `RunWriter` keeps results/<name>/<run>/results.json up to date after eac
 from __future__ import annotations
 
 import queue
-import sys
 import threading
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from kb_eval.baseline.stage import ensure_peaks
 from kb_eval.errors import UserError
 from kb_eval.eval.config import EvalConfig
 from kb_eval.eval.schedule.context import EvalContext
 from kb_eval.eval.schedule.pool import make_pool
 from kb_eval.eval.judge.score import summarize_levels
-from kb_eval.peaks import measure, peaks_path, read_peaks, write_peaks
 from kb_eval.problems import Problem
 from kb_eval.results import (HARNESS_STATUSES, Producer, RunFile, SampleRecord, now_iso,
                              sample_order, read_model, write_json_atomic)
@@ -48,8 +47,10 @@ def _stream(ctx: EvalContext, pairs: Iterable[Pair]) -> Iterator[SampleRecord]:
     def intake() -> None:
         try:
             for n, pair in enumerate(pairs):
-                if n == 0:
-                    _cpu_peaks_first(ctx)
+                if n == 0 and ctx.hardware.device == "cpu":
+                    # before any build: compilers sharing the cores make the peaks come
+                    # out low, which inflates every speed-of-light share kept against them
+                    ensure_peaks(ctx.config.results_dir, "cpu", here=True)
                 problem, sample, source, *rest = pair
                 if not isinstance(problem, Problem):
                     raise TypeError(f"expected (Problem, sample, source), got {type(problem)}")
@@ -66,20 +67,6 @@ def _stream(ctx: EvalContext, pairs: Iterable[Pair]) -> Iterator[SampleRecord]:
         finished = True
     finally:
         pool.close(abandon=not finished)
-
-
-def _cpu_peaks_first(ctx: EvalContext) -> None:
-    """On a CPU, the machine's peaks are measured before any build starts: the build
-    pool's compilers share the cores, and peaks measured beside them come out low, which
-    inflates every speed-of-light share kept against them."""
-    if ctx.hardware.device != "cpu":
-        return
-    results_dir, hardware = ctx.config.results_dir, ctx.hardware
-    if read_peaks(peaks_path(results_dir, hardware.slug), hardware):
-        return
-    print("kb_eval: measuring this machine's peaks once, before the builds start",
-          file=sys.stderr, flush=True)
-    write_peaks(results_dir, measure("cpu"), hardware)
 
 
 def iter_queue(q: queue.Queue, sentinel=None) -> Iterator:

@@ -1,18 +1,12 @@
 """Run a task in a child process and tell what became of it.
 
-Every task that touches candidate code (one build, one run) gets a new Python process,
-which calls `module:function(payload, workdir)` and writes the returned dict to a result
-file. The parent never imports what the task runs; it watches the child from outside:
-- a wall timeout, a host-memory limit (RSS of the process group) and an output limit
-  (the log file's size); any of them kills the whole process group;
-- after the child ends, the group is killed again, and orphans its descendants left
-  (re-parented to us, a child subreaper) are killed too;
-- the verdict is read from the exit status and the result file only after exit, so a
-  crash cannot leave half a message behind.
-Children are forked from a per-environment zygote with torch imported where possible,
-and spares wait ready for their task; each still runs exactly one task. Trusted stateful
-work (the reference side) runs in a `Server`: one long-lived child, watched the same way
-per task, replaced when it fails.
+Every task that touches candidate code gets a new process, which calls
+`module:function(payload, workdir)` and writes the returned dict to a result file. The
+parent never imports what the task runs; it watches from outside: a wall timeout, a
+host-memory limit and an output limit kill the whole process group; after exit the group
+and its orphans are killed again; the verdict comes from the exit status and the result
+file. Children fork from a per-environment zygote with torch imported; each runs one
+task. Trusted stateful work runs in a `Server`, watched the same way per task.
 """
 
 from kb_eval.isolation import procs

@@ -1,13 +1,9 @@
 """Cheap children: one zygote per environment (zygote.py) forks each fresh child, so a
-child costs a fork, not a Python + torch start (seconds of CPU: docs/PERFORMANCE.md).
-Each child still runs exactly one task in a process of its own: its own session,
-only its task channel and log as descriptors, forked from a zygote that never ran a task,
-candidate code or CUDA. The child is re-parented to us (we are a child subreaper), so it
-is our child like a Popen one: we wait for it, stop its group and kill it the same way.
-
-Whenever the fork server cannot serve (disabled with KB_EVAL_FORK_SERVER=0, not Linux,
-the zygote refused, died or stopped answering), `spawn` returns None and the caller
-starts the child the slow way: a fork server can make a run faster, never different.
+child costs a fork, not a Python + torch start (docs/PERFORMANCE.md). Each child runs one
+task in its own session, re-parented to us (a child subreaper), watched like a Popen one.
+Whenever the fork server cannot serve (KB_EVAL_FORK_SERVER=0, not Linux, the zygote
+refused or died), `spawn` returns None and the caller starts the child the slow way: a
+fork server can make a run faster, never different.
 """
 
 from __future__ import annotations

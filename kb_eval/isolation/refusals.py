@@ -1,9 +1,8 @@
 """What a sandboxed child tried that the sandbox refuses, named for its record.
 
-The sandbox (sandbox.py) refuses; this only tells. An audit hook in the child (which
-cannot be removed) writes one line per forbidden attempt to `refused.jsonl` in the task's
-folder, read by the parent after the child ended. Native code that bypasses Python's
-audited calls is refused all the same but may go untold: a report, not the defence.
+The sandbox refuses; this only tells: an audit hook in the child writes one line per
+forbidden attempt to `refused.jsonl`, read by the parent after the child ended. Native
+code bypassing Python's audit may go untold: a report, not the defence.
 """
 
 from __future__ import annotations

@@ -1,21 +1,12 @@
 """The sandbox around every child that may run candidate code (builds, runs, checks).
 
-A child enters it before anything else runs in it, while it has one thread (Landlock and
-namespaces bind the calling thread and what it starts, not threads already running):
-- namespaces: user, PID (the child is process 1 of its own: no other process can be seen
-  or signalled), mount (a fresh /proc; /tmp, /var/tmp, /run and /dev/shm replaced by empty
-  private folders, the folders the policy names bound back), network (no interface is up:
-  every connect fails) and IPC;
-- resource limits: each hard limit lowered to its soft limit, so none can be raised;
-- Landlock: reads of the system, Python, torch, the toolchain and the policy's folders
-  only; writes under the policy's write roots only. At each task a second layer narrows
-  both to the task's own folders (`narrow`).
-The environment is scrubbed where the child (or the zygote it forks from) is started
-(`clean_env`): secrets never reach memory that candidate code could read.
-
-Why kernel primitives rather than a bubblewrap or nsjail process per child: children
-fork from a zygote that has imported torch, in milliseconds; a wrapper process per child
-means a fresh Python and torch start each time (docs/GUARANTEES.md, "The sandbox").
+Entered first, while the child has one thread: namespaces (user, PID, mount with private
+/tmp, /run and /dev/shm, network with no interface, IPC), hard resource limits lowered
+to the soft ones, and Landlock (reads of the system, Python, torch, the toolchain and
+the policy's folders; writes under its write roots; `narrow` adds a per-task layer).
+`clean_env` scrubs secrets where the child or its zygote starts. Kernel primitives, not
+a wrapper process per child: children fork from a zygote that imported torch
+(docs/GUARANTEES.md, "The sandbox").
 """
 
 from __future__ import annotations
@@ -168,10 +159,8 @@ def restrict() -> None:
     _landlock(reads, writes + ["/proc/self"])
 
 
-# Process 1 of a sandbox: it reaps, and ends as the child proper ended. A signal cannot
-# end process 1 from inside its namespace, so a child's death by signal N is told as exit
-# status SIGNALLED + N (outcome.py reads it back). Not dumpable: nothing in the sandbox
-# may trace it.
+# Process 1 of a sandbox reaps and ends as the child proper did: a signal N is told as
+# exit status SIGNALLED + N (outcome.py). Not dumpable: nothing inside may trace it.
 SIGNALLED = 200
 _INIT = """
 import ctypes, os, sys
@@ -191,10 +180,9 @@ os._exit(200 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.waitstatus_
 
 
 def become_init() -> None:
-    """In process 1, after `enter`: fork the child proper (which returns from here, with
-    no capabilities) and become the namespace's init (a bare Python that waits for it):
-    process 1 ignores signals its namespace sends it, which the child proper must not
-    (a candidate's own abort or kill ends it as anywhere else)."""
+    """In process 1, after `enter`: fork the child proper (which returns from here) and
+    become the namespace's init, which ignores signals sent from inside: the child proper
+    must not, so a candidate's own abort or kill ends it as anywhere else."""
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()

@@ -1,18 +1,14 @@
 """The zygote: `python -m kb_eval.isolation.zygote FD`, a process that has imported torch
-(and the task modules asked for) once and forks a fresh child per task, so that a child
-costs a fork (milliseconds) instead of a Python + torch start (seconds).
+(and the task modules asked for) once and forks a fresh child per task.
 
-It runs no task and no candidate code, and never initialises CUDA (a process that did
-cannot be forked usefully). Before every fork it checks that (and that no other Python
-thread runs) and refuses otherwise; the parent then starts children afresh.
-
-Protocol on the unix socket FD (one message each way per request):
+It runs no task and no candidate code, and never initialises CUDA; before every fork it
+checks that (and that no other Python thread runs), else refuses. Protocol on the unix
+socket FD, one message each way per request:
   parent -> zygote: {"spec": "module[:cuda]"} with two fds: the task channel, the log.
-  zygote -> parent: {"ok": true} once the child exists and is re-parented to the parent
-                    (double fork), or {"error": "..."}.
-The process between them writes the child's pid as one line on the task channel once the
-child has its own session (and, when asked, has entered the sandbox, isolation/sandbox.py):
-a child that could not is never handed a task.
+  zygote -> parent: {"ok": true} once the child exists, re-parented (double fork), or
+                    {"error": "..."}.
+The child writes its pid on the task channel once it has its own session (and entered
+the sandbox when asked): a child that could not is never handed a task.
 """
 
 from __future__ import annotations

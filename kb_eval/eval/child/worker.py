@@ -337,9 +337,8 @@ def _time_candidate(model, module, task: CandidateTask, device: torch.device, wa
     settings = plan_timing(task.timing, reference_ms=task.reference_call_ms,
                            launch_ms=task.reference_launch_ms, own_ms=own_ms,
                            paired=task.paired is not None)
-    if task.paired and settings.trials != task.timing.trials:
-        # a slow cut (the budget is the parent's plan again), announced before the first
-        # handshake: the pairing times the reference's side so
+    if task.paired and settings.cut:
+        # announced before the first handshake: the pairing times the reference's side so
         (Path(task.paired.dir) / ROUNDS_FILE).write_text(str(settings.paired_rounds))
     dtype = precision_dtype(task.precision)
     rounds = paired_rounds(settings) if task.paired else []

@@ -1,14 +1,10 @@
 """Build step (parent side): compile a candidate in its own child, once per distinct source.
 
-Each source gets a cache folder `<cache>/builds/<sha256(source + toolchain)>/`; the build
-child (child/build_task.py) compiles into it and the run child later loads the built .so
-without a compiler. `kb_build.json` in the folder is the cache hit; compile errors are
-cached, timeouts and crashes are not.
-
-A compile error is cached only when the compiler diagnosed the candidate's source. A
-failure of ours (precompiled header, our cache's files, a kill) is retried once without
-the precompiled header, then reported as `harness_error`, never blamed on the candidate.
-Builds see no GPU; an import that needs one makes the build "deferred" to the run child.
+The build child (child/build_task.py) compiles into `<cache>/builds/<sha256(source +
+toolchain)>/`, whose `kb_build.json` is the cache hit. Compile errors are cached only when
+the compiler diagnosed the candidate's source; a failure of ours is retried once without
+the precompiled header, then reported as `harness_error`. Builds see no GPU: an import
+that needs one makes the build "deferred" to the run child.
 """
 
 from __future__ import annotations
@@ -60,11 +56,9 @@ def _first_line(cmd: list[str]) -> str:
 
 def clear_batons(root: Path, since: float | None = None,
                  before: float | None = None) -> int:
-    """Remove torch's build locks (`<key>/<extension>/lock`) under `root` made since
-    `since` or before `before` (wall clock); returns how many. A lock left by a killed
-    child would make every later load of that build time out, charged to the candidate.
-    Our children's locks (child/baton.py) go when their holder is dead, never while it
-    lives (a run beside this one may hold one)."""
+    """Remove torch's build locks under `root` made since `since` or before `before`;
+    returns how many. A killed child's lock would time out every later load of that build;
+    our own children's locks (child/baton.py) go only when their holder is dead."""
     def foreign(made: float) -> bool:
         return (since is not None and made >= since) or (before is not None and made < before)
 

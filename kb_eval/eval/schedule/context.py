@@ -1,11 +1,7 @@
-"""EvalContext: what one evaluation invocation fixes before any sample runs.
-
-- the secret seed (`secrets.randbits`), kept in this process only: children get seeds
-  derived from it per problem, never the secret, and it is never written to disk;
-- the hardware, the device kind (cpp -> CPU, cuda/triton -> GPU) and the GPUs to use;
-- the toolchain fingerprint that keys the build cache, and the children's environments;
-- the baseline: the file for this hardware + problem source + precision + timing
-  method (read when the first problem of a source asks for it), or live.
+"""EvalContext: what one evaluation invocation fixes before any sample runs: the secret
+seed (this process only; children get per-problem derived seeds), the hardware, device
+kind and GPUs, the toolchain fingerprint keying the build cache, the children's
+environments, and the baseline (file, read on first need, or live).
 """
 
 from __future__ import annotations

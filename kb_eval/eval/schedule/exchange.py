@@ -1,12 +1,8 @@
-"""Whether a sample's outputs go to the reference server on the GPU (kb_eval/eval/wire/
-device.py) or through files, and the buffers' life from the parent's side.
-
-On a GPU, when the memory plan leaves room: one buffer per checked call, held by the
-server while the child runs and freed after the comparison. Room means the buffers plus
-twice the reference's footprint within 80 % of what the device offers idle, and the
-buffers plus the float64 truth's need within 90 %. Where fewer fit (by the plan, or when
-the server allocates them), the first checked calls get buffers and the child writes files
-for the rest, if at least MIN_SLOTS fit; on a CPU, files.
+"""Whether a sample's outputs go to the reference server on the GPU (wire/device.py) or
+through files, and the buffers' life from the parent's side: one buffer per checked call
+when the buffers plus twice the reference's footprint fit in 80 % of the idle device and
+plus the float64 truth's need in 90 %; where fewer fit, the first calls get buffers (at
+least MIN_SLOTS) and the rest files; on a CPU, files.
 """
 
 from __future__ import annotations
@@ -40,9 +36,8 @@ def checked_calls(ctx: EvalContext, trials: int, out_bytes: int | None) -> int:
 
 
 def exchange_bytes(ctx: EvalContext, plan: MemoryPlan, trials: int, device: str) -> int:
-    """The device memory a sample's buffers take, or 0 when it uses files: a buffer for
-    each checked call, or as many as there is room for (the child writes files for the
-    calls after them; at least two buffers, or none)."""
+    """The device memory a sample's buffers take (0: files): one per checked call, or as
+    many as there is room for, at least two."""
     out = plan.out_bytes
     if is_cpu(device) or not out or out < MIN_OUT_BYTES or not plan.free_bytes \
             or plan.need_bytes is None:

@@ -1,12 +1,9 @@
 """Lazy compiles moved into the build pool: one call of the candidate on meta tensors.
 
-A candidate that calls `load_inline` inside `__init__` or `forward` would compile on the
-device lane with the GPU idle. So after a build, such a source (or one whose compile sits
-under a condition at import) gets a second build child, in the same sandbox, that builds
-the model and calls it once on meta-device inputs; the compile lands in the build's
-folder, where the run child finds it up to date. The call's outcome is ignored: it changes
-no verdict, only where the compile time is spent. This is the parent's side; the child's
-is child/first_call_task.py.
+A candidate that compiles inside `__init__` or `forward` would do so on the device lane
+with the GPU idle; such a source gets a second build child, in the same sandbox, that
+calls the model once on meta inputs so the compile lands in the build's folder. Its
+outcome changes no verdict. The child's side is child/first_call_task.py.
 """
 
 from __future__ import annotations

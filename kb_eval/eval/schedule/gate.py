@@ -1,10 +1,8 @@
 """The verdict gate: a wrong answer is judged before its timing step, not after it.
 
-The candidate's child (child/gate.py) saves its correctness outputs, then asks before it
-times; this thread has the reference server compare them and answers `skip` when any is
-wrong, else `go`. A skipped sample gets the verdict its outputs earn anyway (`checked`),
-without a timing step that holds the device alone for nothing. Only where the outputs go
-through files: device buffers are read once, after the child.
+The child (child/gate.py) asks before it times; this thread has the reference server
+compare its correctness outputs and answers `skip` when any is wrong, else `go`. Only
+where outputs go through files: device buffers are read once, after the child.
 """
 
 from __future__ import annotations

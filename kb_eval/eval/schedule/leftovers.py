@@ -1,12 +1,7 @@
-"""What a run killed outright leaves behind, cleared when the next run starts.
-
-A run ended by SIGKILL never reaches the exit handlers that end its children and remove
-its scratch: sandbox children (one maybe stopped for paired rounds, holding device
-memory), output files in /dev/shm and its invocation folder stay, and the next run finds
-the device and /dev/shm short. So a pool, as it starts, ends this user's sandbox processes
-whose evaluator is gone (isolation.end_orphans_of_dead_runs), removes the /dev/shm folders
-of pools that are gone, and the invocation folders a dead evaluator of this machine marked
-as its own (`owner`; a Ray lane's copy on another node carries no mark).
+"""What a run killed outright leaves behind, cleared when the next run starts: sandbox
+processes whose evaluator is gone (isolation.end_orphans_of_dead_runs), /dev/shm folders
+of pools that are gone, and invocation folders a dead evaluator of this machine marked
+as its own (`owner`).
 """
 
 from __future__ import annotations

@@ -75,10 +75,8 @@ def keep_bytes(mem_limit_mb: int | None) -> int:
 
 
 class IdleMemory:
-    """The device's free memory as it is with the evaluator idle: what is free now plus
-    what other samples in flight hold (their children, the buffers exported for them).
-    Memory not the server's own is taken as it was when it was least (the first plan of
-    a run comes before any child starts), per device."""
+    """The device's free memory with the evaluator idle: free now plus what other samples in
+    flight hold; memory not the server's own is taken at its least, per device."""
 
     def __init__(self):
         self._others: dict[str, int] = {}  # device memory not ours, at its least
@@ -97,10 +95,8 @@ class IdleMemory:
 
 
 class KeptSizes:
-    """Each problem's sizes for the memory plan (memplan_server.plan_problem), kept in the
-    cache across runs by the problem's code, the precision and the toolchain, so a later
-    run skips the meta forward. Incomplete sizes are not kept; a file that does not read
-    back as sizes is ignored."""
+    """Each problem's sizes for the memory plan, kept in the cache across runs (keyed by the
+    problem's code, precision and toolchain) so a later run skips the meta forward."""
 
     FIELDS = ("in_bytes", "out_bytes", "weights_bytes", "itemsize")
 

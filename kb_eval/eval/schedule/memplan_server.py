@@ -85,10 +85,9 @@ def release(device: torch.device, force: bool = False) -> None:
 
 
 def plan_problem(payload: PlanRequest, device: torch.device) -> dict:
-    """What the memory plan needs, allocating nothing of the problem's size: the bytes of
-    its inputs, outputs and weights (from the meta device, or `payload.sizes` kept from an
-    earlier run), and what the device offers once this process released what it does not
-    keep. `payload.drop`: drop everything kept first (a retry after an OOM)."""
+    """What the memory plan needs, allocating nothing of the problem's size: its inputs',
+    outputs' and weights' bytes (meta device, or `payload.sizes`) and what the device offers.
+    `payload.drop`: drop everything kept first (a retry after an OOM)."""
     if payload.drop:
         LOADED.clear()
     release(device, force=payload.drop)

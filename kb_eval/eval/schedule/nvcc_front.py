@@ -1,20 +1,12 @@
 """A CUDA compiler front for build children: a .cu against a lean torch/extension.h first.
 
-nvcc reads torch/extension.h (all of torch's C++ frontend and Python bindings) three
-times per compile and has no precompiled headers. Kernels need far less, so a .cu is
-compiled with a folder of smaller headers first on the include path, in two tiers:
-
-- "lean", for torch/extension.h, torch/torch.h and torch/types.h: the Tensor class,
-  AT_DISPATCH, the allocating factories, `torch::` as a name for `at::`, dtype names.
-- "slim", for torch/extension.h and torch/torch.h: `torch/types.h`.
-
-then the real header. The first compile that succeeds is the build's; if all fail, the
-real compile's result and diagnostics are returned. A smaller header does not change what
-a source means: what the larger ones add lives under its own names, so a source using it
-fails the smaller tier. The lean tier's factories are at::'s, which refuse
-`requires_grad(true)`, so a source saying `requires_grad` skips it. `<object>.kb-header`
-records the tier (BuildInfo.cuda_header). Anything else, and every compile under
-`KB_PCH_BYPASS`, goes to the real nvcc. Run as a script: it imports nothing of kb_eval.
+nvcc reads torch/extension.h three times per compile and has no precompiled headers, so
+a .cu is compiled against smaller headers first: "lean" (the Tensor class, AT_DISPATCH,
+at:: factories as torch::; skipped for sources saying `requires_grad`), then "slim"
+(torch/types.h), then the real header, whose result and diagnostics stand if all fail.
+What a larger header adds has its own names, so a smaller tier fails rather than meaning
+something else. `<object>.kb-header` records the tier (BuildInfo.cuda_header);
+`KB_PCH_BYPASS` goes to the real nvcc. Imports nothing of kb_eval.
 """
 
 from __future__ import annotations

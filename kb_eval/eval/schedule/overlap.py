@@ -1,20 +1,14 @@
 """Several candidate children per device, and the time budgets that keep one from holding
 its lane.
 
-A device runs up to `lane_depth` samples at once; the device's timing lock
-(kb_eval/devlock.py) makes each timing step run alone. `DeviceSlots` keeps the samples
-within the device's memory (`Charge`): each child is charged three reference footprints
-plus its output buffers, and the reference server, serving one sample at a time, the most
-any sample needs of it. A sample too large to fit beside others runs alone. Samples start
-in order, but a later one may pass a waiting one that does not fit yet when that cannot
-delay it (`DeviceSlots._may_start`). A sample past its timing step (`Slot.timed`) or
-compiling its own build (`Slot.compiling`) gives its place back and keeps its charge.
-
-`Budgets` reads where the child says it is (its `progress` file, child/worker.py `mark`)
-and names the budget it overran: load (import, init, first call), per-call, timing.
-Waiting for the timing lock is not charged; a compile is charged to the step it
-interrupts. A candidate could lie in that file: the budgets are for throughput, and the
-run timeout stays the hard limit.
+A device runs up to `lane_depth` samples at once; its timing lock (devlock.py) makes each
+timing step run alone. `DeviceSlots` keeps the samples within the device's memory
+(`Charge`: three reference footprints and the output buffers per child; the reference
+server's largest need). A later sample may pass a waiting one only when that cannot delay
+it. A sample past its timing step or compiling gives its place back, keeping its charge.
+`Budgets` reads where the child says it is (its `progress` file) and names the budget it
+overran (load, per-call, timing); a lie there only costs throughput: the run timeout
+stays the hard limit.
 """
 
 from __future__ import annotations
@@ -139,10 +133,8 @@ class DeviceSlots:
                 or _total([r.charge for r in running + [s]]) <= s.charge.free)
 
     def _may_start(self, me: "_Sample") -> bool:
-        """The first waiting sample starts as soon as it fits. A later one that fits may
-        pass it only while it does not fit, and only if it, the first one and the
-        samples that already passed the first one fit the device together: once the
-        samples running before the first one end, the first one starts."""
+        """The first waiting sample starts as soon as it fits; a later one may pass it only
+        while it does not, and only if it, the first one and those that passed it fit together."""
         head = self.waiting[0]
         if me is head:
             return self._fits(me)

@@ -1,19 +1,12 @@
 """Paired timing: the reference and the candidate timed in alternating rounds within one
-sample's timing step, so that both see the same machine (clocks, load, drift) and a
-speedup's interval comes from round-by-round ratios (judge/confidence.py).
+sample's timing step, so both see the same machine and a speedup's interval comes from
+round-by-round ratios (judge/confidence.py).
 
-The candidate's child (child/worker.py) times its own rounds; before each it writes
-`ready_<r>` in the pairing folder and waits for `go_<r>`. This thread, in the parent,
-answers: it stops the child's process group (SIGSTOP: no thread of the candidate runs
-while the reference is timed), has the trusted reference server time the reference's
-rounds due at that point, resumes the child and writes the go. The reference is never
-timed inside the candidate's process, where the candidate could forge its times.
-
-Order ABBA: rounds 2j and 2j+1 run reference, candidate, candidate, reference, so that
-neither side always goes first (a round right after an idle wait may start colder).
-
-On a GPU both sides launch from the same CPU core (pinning.py), asserted at every
-handshake.
+Before each round the candidate's child writes `ready_<r>` and waits for `go_<r>`; this
+parent thread stops the child's process group (SIGSTOP), has the trusted reference
+server time the reference's rounds due, resumes the child and writes the go. Order ABBA,
+so neither side always goes first. On a GPU both sides launch from the same CPU core
+(pinning.py), asserted at every handshake.
 """
 
 from __future__ import annotations
@@ -92,10 +85,9 @@ class Pairing(threading.Thread):
         return None if self.error else dict(self.ref_ms)
 
     def _take_cut(self) -> None:
-        """The fewer rounds a very slow candidate's child announced before its first
-        handshake: taken when fewer than planned and at least SLOW_CUT_MIN_ROUNDS (the
-        child wrote the file, so candidate code could have; a cut only makes its interval
-        wider, and the verdict warns when its calls were not that slow)."""
+        """The fewer rounds a very slow candidate's child announced: taken when fewer than
+        planned and at least SLOW_CUT_MIN_ROUNDS (candidate code could write the file: a cut
+        only widens its interval, and the verdict warns when its calls were not that slow)."""
         try:
             k = int((self.folder / ROUNDS_FILE).read_text())
         except FileNotFoundError:
@@ -198,12 +190,9 @@ def start_pairing(ctx, refs, problem, device: str, run_dir: Path, payload: dict,
 
 
 def finish_pairing(pairing: Pairing | None) -> PairedTiming | None:
-    """What the verdict needs (wire/protocol.PairedTiming): the reference's times per
-    round, or why there are none; None when the sample was not paired. With the rounds,
-    the longest the GPU stayed busy with other work while the candidate was stopped, the
-    reference's median launch time (None on a CPU) and the seconds of its rounds. And
-    `timing`, the settings both sides used, when the candidate was timed in fewer rounds
-    (timing.plan_timing's slow cut)."""
+    """What the verdict needs (wire/protocol.PairedTiming), None when not paired: the
+    reference's times per round or why there are none, the GPU's busy time while the
+    candidate was stopped, the reference's launch time, and the settings when cut."""
     if pairing is None:
         return None
     ref = pairing.finish()

@@ -1,25 +1,13 @@
 """A C++ compiler front for build children: precompiles torch/extension.h once.
 
-Parsing `#include <torch/extension.h>` is most of a load_inline compile. Build children
-get CXX pointing at a script that runs this file; for a compile of one source starting
-with that include, it puts first on the include path a folder
-`<KB_PCH_DIR>/<key>/` with a precompiled header made with the same flags, compiler and
-torch headers. GCC itself checks the header's validity, so a PCH can make a build faster,
-never different.
-
-A PCH folder is used only when complete: the .gch, a copy of the header (GCC resolves a
-second `#include <torch/extension.h>` in the .gch's folder) and `complete.json` with both
-sizes, written last. It is made aside (`<key>.tmp.<pid>`, under `<key>.lock`) and renamed
-into place, so a kill leaves only a temporary folder; other compiles go on without it.
-
-Two tiers, as in nvcc_front.py: first a slim torch/extension.h (SLIM, under its own key),
-then, on any failure, torch's header, whose result and diagnostics are the compile's.
-What the full header adds has names of its own (torch::nn, ...), so a source needing it
-fails the slim try rather than meaning something else. `KB_PCH_SLIM=0` skips the tier.
-
-Anything else goes straight to the real compiler (`KB_PCH_CXX`), as does every compile
-under `KB_PCH_BYPASS`; any PCH trouble means compiling without it. Run as a script that
-imports nothing of kb_eval, so each compile pays only a bare Python start.
+For a compile of one source starting with `#include <torch/extension.h>`, it puts first
+on the include path `<KB_PCH_DIR>/<key>/`, a precompiled header made with the same flags,
+compiler and headers; GCC checks its validity, so a PCH is faster, never different. A
+PCH folder is used only when complete (`complete.json`, written last; made aside and
+renamed). Two tiers as in nvcc_front.py: a slim header (SLIM) first, then torch's, whose
+result is the compile's (`KB_PCH_SLIM=0` skips the slim one). Anything else, or
+`KB_PCH_BYPASS`, goes to the real compiler (`KB_PCH_CXX`); PCH trouble means compiling
+without it. Imports nothing of kb_eval: each compile pays only a bare Python start.
 """
 
 from __future__ import annotations

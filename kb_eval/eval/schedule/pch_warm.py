@@ -1,12 +1,9 @@
 """Precompiled headers made by builds of our own sources, never a candidate's.
 
-A candidate's build may read the precompiled headers (pch.py) but not write them: every
-later build includes them, so a build that could write them could change what others
-compile. So each builder makes the slim tier's header itself, in its first build worker,
-from a source of ours: the first time by building it in a child that may write the
-headers' folder, later by asking the front's `ensure_pch` for the same flags (which
-remakes a missing or damaged header). Other builds meanwhile compile without it. Torch's
-full header is made only with the slim tier off (KB_PCH_SLIM=0).
+Every later build includes them, so a candidate's build may read them but not write
+them. Each builder makes the slim tier's header in its first build worker from a source
+of ours (later via the front's `ensure_pch`); other builds meanwhile compile without it.
+Torch's full header is made only with the slim tier off (KB_PCH_SLIM=0).
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """One CPU core for both sides of a paired timing, on a GPU.
 
-A launch-bound model's time is how fast the host enqueues kernels, and two processes on
-different cores differed by up to a third: enough to call a copy of the reference faster
-than itself. So the pairing pins the main threads of the candidate's child and of the
-reference server to the same core for the timing step, and asserts it again before every
-round (candidate code can call sched_setaffinity). Other threads keep every core; the
-server gets its mask back afterwards.
+A launch-bound model's time is the host's pace, which differed by up to a third between
+cores. The pairing pins the main threads of the candidate's child and the reference
+server to one core for the timing step, asserted before every round (candidate code can
+call sched_setaffinity); the server gets its mask back afterwards.
 """
 
 from __future__ import annotations
@@ -41,10 +39,8 @@ def timing_core(device: str) -> int | None:
 
 
 def untimed_cores(devices: list[str]) -> set[int] | None:
-    """The cores for everything but a timing step: all but the GPUs' timing cores. Builds
-    and every device child start on these, so nothing preempts a timing thread (a
-    preempted device-wide wait proves nothing). None on a CPU run, with pinning off, or
-    where too few cores would be left."""
+    """The cores for everything but a timing step, so nothing preempts a timing thread.
+    None on a CPU run, with pinning off, or where too few cores would be left."""
     timing = {core_for(d) for d in devices} - {None}
     cores = set(os.sched_getaffinity(0))
     if not timing or len(cores - timing) < 1:

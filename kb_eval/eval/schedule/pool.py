@@ -1,20 +1,16 @@
 """Scheduling: builds on CPU workers, evaluations several at a time per device.
 
-    submit() ──► build pool (ThreadPoolExecutor of `jobs` build children, no GPU visible)
+    submit() ──► build pool (`jobs` build children, no GPU visible)
                    │ built (or cached)           │ compile error / build crash
                    ▼                             ▼
-             ready queue ──► lane threads per device (GPU id or "cpu"): candidate
-                             child, then the reference server, which compares on the
-                             device; timing steps one at a time (overlap.py, devlock.py)
-                                       │
+             ready queue ──► lane threads per device: candidate child, then the
+                             reference server; timing steps one at a time
                                        ▼
     results() ◄─────────────────── done queue
 
-Devices never wait on a compiler: a sample reaches the ready queue only once built, and
-builds (niced) go on while devices evaluate. Every candidate's child is fresh; the
-reference server runs no candidate code and is replaced after any failure. A bug of ours
-in one sample becomes that sample's `eval_error` record. What a lane does with a sample is
-lane.py; the same picture on a Ray cluster is ray_executor.py, picked by `make_pool`.
+Devices never wait on a compiler. Every candidate's child is fresh; the reference server
+runs no candidate code. A bug of ours in one sample becomes its `eval_error` record. A
+lane's work is lane.py; on a Ray cluster, ray_executor.py (picked by `make_pool`).
 """
 
 from __future__ import annotations

@@ -1,26 +1,16 @@
 """The Ray executor (`--ray-address`): builds and device lanes on a Ray cluster, driven
 from this process.
 
-    submit() ──► build threads ──► build_on_node (Ray task, 0.8 CPU, any node; writes the
-                                   │               shared build cache)
+    submit() ──► build threads ──► build_on_node (Ray task, any node)
                                    ▼
                               ready queue ──► one driver thread per lane ──► Lane actor
-                                              (num_gpus=1, or a node's CPU for cpp):
-                                              lane.py, as locally: fresh candidate child,
-                                              then its own trusted reference server
+                                              (lane.py, as locally)
     results() ◄── done queue ◄── the record, back from the actor
 
-The driver keeps the run's secret, hands each lane only the derived seed of the problem it
-judges (ray_lane.ProblemFacts), and alone writes results.json.
-
-The build cache is shared through a path (DEFAULTS cache_dir) every node sees at the same
-place: ninja's files name absolute paths, and one build per source holds cluster-wide. A
-node that does not see the driver's marker file there refuses to work
-(ray_lane.shared_cache_error).
-
-A lane that dies mid-sample has its sample queued again (`requeued` on the record) and is
-replaced; a sample whose lane dies twice is `eval_error`. When no lane is left, the run
-stops with one line; `--resume` continues it.
+The driver keeps the run's secret (lanes get per-problem seeds) and alone writes
+results.json. The build cache is a path every node sees at the same place (ninja names
+absolute paths); a node that does not see the driver's marker refuses to work. A sample
+whose lane dies is queued again (`requeued`) on a replacement, twice: `eval_error`.
 """
 
 from __future__ import annotations

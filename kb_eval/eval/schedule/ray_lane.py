@@ -1,15 +1,8 @@
-"""What the Ray executor (`--ray-address`) runs in Ray's worker processes (trusted: our
-code only; candidate code still runs only in fresh children, as locally):
-
-- `build_on_node`, a Ray task: one source built by the local pool's Builder into the
-  shared build cache (DEFAULTS cache_dir);
-- `Lane`, a Ray actor: one device lane with its own reference server, judging each
-  sample with lane.py.
-
-The driver keeps the run's secret: a lane gets with each sample only that problem's
-derived seed and baseline figures (`ProblemFacts`). A lane killed outright leaves its
-children unwatched, so each lane starting on a node first kills the children whose
-evaluator is gone (`isolation.procs.end_orphans_of_dead_runs`).
+"""What the Ray executor runs in Ray's worker processes (trusted: candidate code still
+runs only in fresh children): `build_on_node`, a task building one source into the shared
+cache, and `Lane`, an actor judging samples on one device with its own reference server.
+A lane gets only each problem's derived seed and baseline figures (`ProblemFacts`), and
+first kills children whose evaluator is gone (procs.end_orphans_of_dead_runs).
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""Processes that outlive their sandbox child without its marker.
-
-This process is a child subreaper, and isolation kills orphans that carry the sandbox
-marker (KB_EVAL_SANDBOX=1). A descendant that exec'ed with a clean environment and left
-its session escapes that test. `sweep_escapees` ends them too: a direct child isolation
-does not know, in a session other than ours (our own helpers stay in ours), older than
-`min_age_s` (not one another thread is just starting). Run after each candidate child,
-and with no age limit when the pool closes.
+"""Processes that outlive their sandbox child without its marker (KB_EVAL_SANDBOX=1): a
+descendant that exec'ed with a clean environment and left its session. `sweep_escapees`
+ends direct children isolation does not know, in another session, older than
+`min_age_s`; run after each candidate child, and with no age limit when the pool closes.
 """
 
 from __future__ import annotations

@@ -274,10 +274,8 @@ def run_scratch() -> Path:
 
 
 def run_folder(ctx: EvalContext, task: SampleTask) -> Path:
-    """Where the candidate's child writes its output files: in memory (/dev/shm) when
-    they fit there with room to spare, else in the sample's folder on disk. A KernelBench
-    problem with 6 GiB outputs writes 24 GiB of files per sample; on disk, writeback
-    throttling costs the lane seconds per sample (docs/PERFORMANCE.md)."""
+    """Where the candidate's child writes its output files: /dev/shm when they fit with
+    room to spare, else the sample's folder (disk writeback throttling; docs/PERFORMANCE.md)."""
     files = (task.out_bytes or 0) * (_trials(ctx.config, task) + ctx.config.recheck_timed + 1)
     try:
         roomy = SHM.is_dir() and shutil.disk_usage(SHM).free > files + (2 << 30)

@@ -1,27 +1,16 @@
-"""Outputs handed over on the GPU: buffers the reference server allocates for one sample
-and the candidate's child copies its outputs into (CUDA IPC), instead of files.
+"""Outputs handed over on the GPU (CUDA IPC) instead of files: buffers the reference
+server allocates for one sample and the candidate's child copies its outputs into. A
+multi-GB output through a file costs seconds per checked call (docs/PERFORMANCE.md).
 
-Why: a KernelBench v0.2 elementwise problem returns 6.4 GB per call. Through a file that
-is a device-to-host copy and a write in the child, a read and a host-to-device copy in the
-server: seconds per checked call, four checked calls per sample, where a device-to-device
-copy into the server's buffer takes milliseconds (docs/PERFORMANCE.md).
-
-Who holds what:
-- The server allocates each buffer with the CUDA driver's own `cuMemAlloc` (not torch's
-  caching allocator, whose segments also hold other tensors: an IPC handle maps a whole
-  allocation, so the child can reach these bytes and nothing else of the server's), and
-  exports handles. It never opens a handle, so nothing a child hands over is mapped into
-  the trusted process.
-- The child opens the handles (at its first save) and copies each checked call's outputs
-  into a buffer of its own choosing; the label's `.out` file then holds only a header
-  saying which buffer and the tensors' dtypes and shapes (outputs.py checks it as it
-  checks a whole file). A call whose outputs do not fit a buffer goes to a file as before.
-- The server frees the buffers after it compared them, once the child has ended.
-The child can write into its buffers for as long as it lives, as it could rewrite its
-files: docs/GUARANTEES.md, "a forged report".
-
-Driver API through ctypes: torch exposes no IPC handle without its own reference counting
-(torch.multiprocessing), whose memory stays reserved for a consumer that was killed.
+- The server allocates each buffer with `cuMemAlloc` (a handle maps a whole allocation,
+  so the child reaches these bytes and nothing else) and exports handles; it never opens
+  one, so nothing a child hands over is mapped into the trusted process.
+- The child opens the handles and copies each checked call's outputs into a buffer; the
+  label's `.out` file holds only a header (outputs.py checks it); what does not fit goes
+  to a file. The server frees the buffers once the child has ended.
+The child can write its buffers while it lives, as it could rewrite its files
+(docs/GUARANTEES.md, "a forged report"). Driver API through ctypes: torch's IPC keeps
+memory reserved for a killed consumer.
 """
 
 from __future__ import annotations
@@ -104,10 +93,9 @@ class Exported:
     has ended."""
 
     def __init__(self, n: int, nbytes: int, device: torch.device, at_least: int | None = None):
-        """`n` buffers, or (`at_least`) as many as the device has room for, but no fewer
-        than that: the first checked calls get buffers, the rest files (exchange.py).
-        Allocation and handles only, no kernel: an export runs beside a neighbour's timed
-        calls (references.py), and the child fills the buffers (Slots.open)."""
+        """`n` buffers, or (`at_least`) as many as the device has room for but no fewer; the
+        rest of the checked calls get files. No kernel: an export runs beside a neighbour's
+        timed calls, and the child fills the buffers (Slots.open)."""
         if not 0 < n <= MAX_SLOTS:
             raise ValueError(f"{n} buffers asked, at most {MAX_SLOTS}")
         _current(device)
@@ -159,15 +147,10 @@ class Slots:
         self.last_bytes: list[torch.Tensor] = []
 
     def open(self) -> str | None:
-        """Open the buffers and fill them with all-ones bytes, before candidate code runs
-        in this process (worker.run_candidate's setup): fresh device memory may hold what
-        an earlier sample or the server left there (a reference output of the same
-        trial), and all-ones bytes are NaN in every float type, so a header with no copy
-        behind it judges as wrong. The server's export launches nothing, so that it can
-        run beside a neighbour's timed calls; the child's setup holds the device shared.
-        Returns why buffers handed over could not be opened and filled (None: they were,
-        or none came). Then no candidate code may run in this child: the server would
-        still read a buffer that a header names, unfilled (UNOPENED)."""
+        """Open the buffers and fill them with all-ones bytes (NaN in every float type) before
+        candidate code runs, so a header with no copy behind it judges as wrong rather than
+        reading what an earlier sample left. Returns why buffers handed over could not be opened
+        (None: they were, or none came); then no candidate code may run in this child."""
         if not self.spec.get("handles"):
             return None
         try:

@@ -2,15 +2,10 @@
 
     MAGIC | header length (8 bytes, little-endian) | JSON header | padding | raw bytes
 
-The header lists each tensor's dtype and shape; the bytes follow, each tensor contiguous
-and 64-byte aligned. No pickle, not even torch's weights-only one: reading runs nothing,
-and the reader checks the header against a whitelist of dtypes, the file's exact size and
-a cap before it reads a byte of data (a candidate wrote the file). It reads into memory it
-owns (no mmap: a file cut short under it cannot crash the reader).
-
-Why not torch.save: it makes a pageable copy, a clone and a zip with its CRC, and a sample
-saves up to 14 outputs; a pinned copy plus one write, as here, takes under a third of its
-time (docs/PERFORMANCE.md).
+The header lists each tensor's dtype and shape; each tensor's bytes follow, contiguous
+and 64-byte aligned. No pickle: reading runs nothing, and the reader checks the header
+(dtype whitelist, the file's exact size, a cap) before reading a byte of data, into
+memory it owns (no mmap). Faster than torch.save (docs/PERFORMANCE.md).
 """
 
 from __future__ import annotations
@@ -125,11 +120,9 @@ def _layout(header: object) -> list[tuple[torch.dtype, list[int], int]]:
 def read(path: Path, max_bytes: int, staging: Staging | None = None,
          slots: list[torch.Tensor] | None = None) -> list[torch.Tensor]:
     """The tensors of one file (CPU), or OutputsUnreadable saying what is wrong with it.
-    `max_bytes` caps the file (a child must not make us read any size). With `staging`
-    they are read into its pinned buffer (valid until its next use), for a fast copy to
-    a GPU. A header-only file (write_header) gives views into its buffer of `slots` (the
-    sample's, device.py), checked against that buffer's size as a file's bytes against
-    its header."""
+    `max_bytes` caps the file; `staging`: read into its pinned buffer (valid until its next
+    use). A header-only file (write_header) gives views into `slots`' buffer (device.py),
+    checked against its size."""
     name = path.name
     if path.is_symlink() or (path.exists() and not path.is_file()):
         raise OutputsUnreadable(f"{name} is not a plain file")
@@ -189,10 +182,8 @@ def _views(data: torch.Tensor, layout: list) -> list[torch.Tensor]:
     return tensors
 
 
-# Large files are read in pieces by several threads (os.preadv lets go of the GIL): two
-# threads read about twice as fast as one, and reading multi-GiB outputs from files was
-# most of the judging of the largest problems (docs/PERFORMANCE.md). Writing does not gain
-# so (the writer allocates the file's pages).
+# Large files are read in pieces by several threads (os.preadv lets go of the GIL): about
+# twice as fast with two (docs/PERFORMANCE.md).
 READ_PIECE = 64 << 20
 READ_THREADS = min(8, os.cpu_count() or 1)
 

@@ -1,8 +1,7 @@
 """The messages across the candidate's process boundary, typed: what the parent tells a
-candidate's run child (`CandidateTask`), checked when it is sent and parsed again when
-it is read (child/worker.py), so neither side reads a key the other never wrote; and
-what the parent's pairing thread makes of the child's paired rounds for the verdict
-(`PairedTiming`). The reference server's messages are wire/reference.py's."""
+candidate's run child (`CandidateTask`, checked when sent and parsed again when read),
+and what the pairing thread makes of the paired rounds (`PairedTiming`). The reference
+server's messages are wire/reference.py's."""
 
 from __future__ import annotations
 
@@ -44,10 +43,9 @@ class CandidateTask(BaseModel):
 
 
 class PairedTiming(BaseModel):
-    """A sample's paired timing, as schedule/pairing.finish_pairing hands it to the verdict
-    (judge/verdict.py) and the sample's phases (schedule/sample.py): the reference's
-    rounds, or why there are none. Read by key as well (`get`, `[]`), as its readers read
-    the dict it replaces; a key that is no field is refused."""
+    """A sample's paired timing, from schedule/pairing.finish_pairing to the verdict and the
+    phases: the reference's rounds, or why there are none. Read by key as well (`get`,
+    `[]`); a key that is no field is refused."""
     model_config = ConfigDict(extra="forbid")
 
     rounds: list[list[float]] | None = None  # the reference's times, per round

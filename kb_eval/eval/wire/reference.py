@@ -1,10 +1,7 @@
-"""The messages between the parent and its reference server, typed: judge/references.py
-builds each request as its model and reads each answer back as one (`parse_reply`);
-judge/reference_worker.py reads each request as its model (`parse_request`) and checks
-its answer against the request's reply model before sending it. Neither side reads a key
-the other never wrote. They travel as JSON (isolation.Server): requests as their full
-dump, answers with only the keys the server set (a key's absence still means something
-to their readers: an answer without "error" went well).
+"""The messages between the parent (judge/references.py) and its reference server
+(judge/reference_worker.py), typed: each request and answer is parsed as its model on
+the other side, so neither reads a key the other never wrote. Answers carry only the keys
+the server set (an answer without "error" went well).
 """
 
 from __future__ import annotations
