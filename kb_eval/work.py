@@ -74,9 +74,14 @@ def count_work(module, precision: str, real: Callable[[], tuple] | None = None,
     """The problem's work, counted on the meta device, else (the meta forward failed or
     ran too long) on the real forward of `real()`'s (model, inputs) on `where`."""
     try:
+        from kb_eval.eval.judge.meta_rnn import shape_only_rnns
+
         meta_model, meta_inputs = _meta_problem(module, precision)
+        recurrent: list[int] = []  # their FLOPs by rule: decomposed on meta, they take seconds
+        shape_only_rnns(meta_model, recurrent)
         with bounded(META_MAX_S):
-            return _count(meta_model, meta_inputs, "meta")
+            work = _count(meta_model, meta_inputs, "meta")
+        return work.model_copy(update={"flops": work.flops + sum(recurrent)})
     except Exception as e:  # noqa: BLE001 - then the real forward, or nothing
         meta_error = f"meta: {type(e).__name__}: {e}".splitlines()[0][:200]
     if real is None:

@@ -101,3 +101,26 @@ def test_the_plan_of_a_deep_lstm_knows_its_outputs_size_at_once():
     assert "meta_error" not in plan, plan
     assert plan["out_bytes"] == (4 * 10 + 12 * 4 * 32) * 4
     assert took < 1.0, took
+
+
+@pytest.mark.parametrize("cls,kwargs", LAYERS, ids=lambda v: getattr(v, "__name__", str(v)))
+@pytest.mark.parametrize("batched", [True, False])
+def test_a_recurrent_layers_flops_by_rule_match_its_decomposed_count(cls, kwargs, batched):
+    """The work count (kb_eval/work.py) takes a recurrent layer's FLOPs by rule instead of
+    running it decomposed on the meta device: the rule must give what FlopCounterMode
+    counts over that decomposed run."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    layer = cls(input_size=7, hidden_size=11, **kwargs).to("meta")
+    steps, batch = 4, 3
+    lead = ((batch, steps) if kwargs.get("batch_first") else (steps, batch)) if batched \
+        else (steps,)
+    x = torch.empty(*lead, 7, device="meta")
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        layer(x)
+    tally: list[int] = []
+    fast = copy.deepcopy(layer)
+    shape_only_rnns(fast, tally)
+    fast(x)
+    assert counter.get_total_flops() > 0
+    assert tally == [counter.get_total_flops()]
