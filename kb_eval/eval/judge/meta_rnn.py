@@ -1,9 +1,6 @@
-"""Recurrent layers on the meta device, for the memory plan (memplan_server.plan_problem).
-
-`nn.RNN`, `nn.LSTM` and `nn.GRU` have no meta kernel: on the meta device they run
-decomposed in Python, step by step (seconds for a deep LSTM). Their outputs' shapes follow
-from the module's sizes, so each such layer answers with empty tensors of those shapes.
-"""
+"""Recurrent layers on the meta device, for the memory plan: nn.RNN/LSTM/GRU have no meta
+kernel (decomposed, seconds for a deep LSTM), so each answers with empty outputs of the
+right shapes."""
 
 from __future__ import annotations
 
@@ -12,8 +9,7 @@ from torch import nn
 
 
 def shape_only_rnns(model: nn.Module) -> int:
-    """Make every recurrent layer of `model` (a meta-device copy: its forward is replaced
-    for good) answer with its outputs' shapes; how many were so replaced."""
+    """Replace every recurrent layer's forward of meta-device `model`; how many."""
     layers = [m for m in model.modules() if isinstance(m, nn.RNNBase)]
     for layer in layers:
         layer.forward = _ShapeOnly(layer)
@@ -21,8 +17,7 @@ def shape_only_rnns(model: nn.Module) -> int:
 
 
 class _ShapeOnly:
-    """The outputs of `layer(input, hx)` as `torch.nn` documents them, as empty tensors
-    on the input's device (meta)."""
+    """The outputs of `layer(input, hx)`, as empty tensors on the input's device."""
 
     def __init__(self, layer: nn.RNNBase):
         self.layer = layer
