@@ -21,9 +21,7 @@ def add_tvm_flags(p: argparse.ArgumentParser) -> None:
 
 def baseline_mode_of(args: argparse.Namespace, cache_dir: Path) -> str:
     """The baseline's mode string (eager, compile-<mode>, tvm[-noarch][-tuneN]); checks
-    --tvm-tune and that TVM is installed. --compile tvm-noarch: a CUDA target naming the
-    generic sm_50 (a bare 'cuda' target would take the GPU's own); each record's
-    compiler.arch says which."""
+    --tvm-tune and that TVM is installed."""
     tvm = args.compile_mode in ("tvm", "tvm-noarch")
     if not tvm:
         if args.tvm_tune:

@@ -1,11 +1,6 @@
 """Apache TVM as a baseline: the reference exported with torch.export, imported to Relax,
-compiled for the device and timed like eager.
-
-CUDA targets name the device's architecture (`sm_XX`) unless the mode asks for the
-generic one; functions tuning did not schedule get DLight's default schedules. CPU: LLVM.
-`--tvm-tune N` runs MetaSchedule first, its database cached by module and target.
-The mode string (`tvm`, `tvm-noarch`, `tvm-tune64`, `tvm-noarch-tune64`) carries the
-options through the baseline's payload.
+compiled for the device (DLight schedules; `--tvm-tune N`: MetaSchedule first) and timed
+like eager. The mode string (`tvm`, `tvm-noarch`, `tvm-tune64`, ...) carries the options.
 """
 
 from __future__ import annotations
@@ -50,8 +45,7 @@ def is_tvm_mode(mode: str) -> bool:
     return mode == "tvm" or mode.startswith("tvm-")
 
 
-# A plain `cuda` target would take the GPU's own architecture, so the generic target
-# names Maxwell's sm_50 (no tensor cores) explicitly.
+# the generic target names sm_50 explicitly (plain `cuda` would take the GPU's own)
 GENERIC_CUDA_ARCH = "sm_50"
 
 
@@ -112,8 +106,7 @@ def compile_tvm(model: torch.nn.Module, example_inputs: list, device: torch.devi
 
 
 def _import(model: torch.nn.Module, example_inputs: list):
-    """torch.export, then Relax with the weights as inputs (kept out of the IR, so large
-    weights are not folded into the compiled module)."""
+    """torch.export, then Relax with the weights as inputs (not folded into the IR)."""
     from tvm import relax
     from tvm.relax.frontend.torch import from_exported_program
     try:
@@ -129,8 +122,7 @@ def _import(model: torch.nn.Module, example_inputs: list):
 
 
 def _tune(mod, target, trials: int, cache_dir: Path):
-    """MetaSchedule with `trials` per task; the database is reused when it already holds
-    at least as many trials for this module and target."""
+    """MetaSchedule with `trials` per task, reusing a database with at least as many."""
     from tvm import relax
     key = hashlib.sha256((mod.script() + str(target)).encode()).hexdigest()[:16]
     work = Path(cache_dir) / key

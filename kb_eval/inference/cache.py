@@ -6,9 +6,8 @@ that crashed) asks nothing twice.
     cache.get(key) -> Completion | None       # cached=True
     cache.put(key, completion, identity=..., messages=..., params=..., sample_index=..., turn=...)
 
-The key covers the model identity (so a changed config serves no stale answers) and the
-sample index (k samples of one prompt stay apart). Files are written atomically; an
-unreadable one is a miss. Failed requests are not cached.
+The key covers the model identity and the sample index; an unreadable file is a miss;
+failed requests are not cached.
 """
 
 from __future__ import annotations

@@ -3,15 +3,10 @@
     client = ChatClient(endpoint, api_key, retry=RetryPolicy())
     completion = client.complete(messages)        # -> Completion, or raises (below)
 
-Share one client per endpoint: it holds the endpoint's `max_concurrency` slots (only
-while a request is in flight, not while waiting to retry). Retries are tenacity's:
-  * retried: timeouts, dropped connections, 408, 409, 429 and 5xx, with exponential
-    backoff and jitter, or the server's Retry-After (capped at `retry_after_max_s`);
-  * an unreachable server (refused, unknown host): UserError before the endpoint ever
-    answered, else one request's InferenceError;
-  * 401/402/403/404: UserError (key, balance, model id, base_url); other 4xx (400:
-    e.g. prompt too long): InferenceError, which the run stage records and moves past.
-When all attempts fail, InferenceError says why, with the number of attempts.
+Share one client per endpoint (it holds `max_concurrency` slots while requests are in
+flight). Timeouts, dropped connections, 408/409/429/5xx are retried with backoff or
+Retry-After; 401-404 and a server never reached are UserError; other failures, and
+retries run out, are InferenceError (the run records it and moves on).
 """
 
 from __future__ import annotations
@@ -55,8 +50,7 @@ class RetryPolicy(BaseModel):
 
 
 def is_unreachable(exc: BaseException) -> bool:
-    """No connection could be made (refused, unknown host, no route): waiting will not help.
-    Matched by class name (httpx's ConnectError or a fork's); a connect timeout is retried."""
+    """No connection could be made (refused, unknown host): waiting will not help."""
     if not isinstance(exc, openai.APIConnectionError) or isinstance(exc, openai.APITimeoutError):
         return False
     return any(type(e).__name__ == "ConnectError" for e in _causes(exc))

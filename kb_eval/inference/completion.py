@@ -1,8 +1,6 @@
 """Completion: what every model's `generate` returns (API model, offline model, cache).
 
-`text` is the answer only; `reasoning` holds a reasoning model's thinking, kept apart so
-that code extraction and the next turn's history never see it. Token counts are 0 when
-the server reports no usage; `cost` is None when the endpoint has no prices.
+`reasoning` is kept apart from `text`, so code extraction and the history never see it.
 """
 
 from __future__ import annotations

@@ -4,8 +4,7 @@
     info = DeviceInfo(kind="gpu", name="NVIDIA H200", sm_count=132, ...)   # or by hand
     info = from_hardware(results_header.hardware)   # the GPU a results file was made on
 
-Memory bandwidth comes from a table of known GPUs' data-sheet peaks (torch does not
-report it). Fields left None are shown as "unknown" in prompts.
+Bandwidth comes from a table of data-sheet peaks; None fields show as "unknown".
 """
 
 from __future__ import annotations

@@ -6,9 +6,8 @@
     result.code      # the chosen block (None for no_code/no_model_new)
     result.message   # one line for results and for the next turn's feedback
 
-Fences are Markdown's (3+ backticks or tildes, closed by at least as many); an unclosed
-block (cut off at max_tokens) does not count. An answer with no fences is accepted only if
-the whole text is Python defining ModelNew. The code is only ast.parse'd here, never run.
+An unclosed fence (cut off at max_tokens) does not count; an answer with no fences counts
+only if it is all Python defining ModelNew. The code is only ast.parse'd here.
 """
 
 from __future__ import annotations

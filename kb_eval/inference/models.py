@@ -4,10 +4,9 @@
                       cache_dir=run_dir / "inference_cache")
     completion = model.generate(messages, sample_index=0, turn=0, problem_key="bert/level1/3")
 
-OpenAIModel asks an endpoint (thread-safe). ReferenceModel ("reference", offline)
-answers with the hand-written solution of reference_kernels/solutions/<backend>/, or a
-plain-text answer (recorded as no_code) where there is none; it alone reads `problem_key`.
-CachedModel wraps any model with a ResponseCache.
+OpenAIModel asks an endpoint; ReferenceModel ("reference", offline) answers with
+reference_kernels/solutions/<backend>/ (no_code where there is none); CachedModel wraps any
+model with a ResponseCache.
 """
 
 from __future__ import annotations
@@ -121,9 +120,8 @@ class CachedModel:
 def get_model(name: str, models: Iterable[Mapping[str, Any] | ModelEndpoint], *, backend: str,
               cache_dir: Path | str | None = None, retry: RetryPolicy | None = None,
               solutions_root: Path | str = SOLUTIONS_ROOT, precision: str = "fp32") -> Model:
-    """The model called `name` (built-in or from MODELS). API models are cached under
-    `cache_dir` when given; the reference model never is (a cache would hide edits to its
-    files). UserError for an unknown name or a missing API key, before any request."""
+    """The model called `name` (built-in or from MODELS), API models cached under
+    `cache_dir`. UserError for an unknown name or a missing API key."""
     if name == ReferenceModel.name:
         return ReferenceModel(backend, solutions_root, precision)
     endpoint = resolve_model(name, models)

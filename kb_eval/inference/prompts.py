@@ -10,10 +10,8 @@
     feedback = build_feedback(turn_result)      # the next user message of a refinement
     messages = next_turn_messages(messages, completion.text, feedback)
 
-`turn_result` (a TurnResult or a dict of its fields) picks the template by `outcome`:
-extraction failures, compile_error, mismatch, correct; anything else reads as a runtime
-failure. Only the answer text goes back into the history, never the reasoning (DeepSeek
-refuses reasoning_content in requests).
+`turn_result.outcome` picks the feedback template. Only the answer text goes back into the
+history, never the reasoning (DeepSeek refuses reasoning_content in requests).
 """
 
 from __future__ import annotations

@@ -84,9 +84,8 @@ def _device_units(events) -> list[tuple[str, float]]:
 
 
 def unit_category(event, kernel_name: str | None = None) -> str:
-    """The category of time in `event` (or a kernel it launched): that of the outermost
-    categorised aten operator around it (clamp_min inside aten::relu is activation);
-    copies stay memory/copy wherever they happen."""
+    """The category of the outermost categorised aten operator around `event` (copies stay
+    memory/copy)."""
     own = category_of(event.name if event.name.startswith("aten::") else None, kernel_name)
     if own == "memory/copy":
         return own
@@ -111,8 +110,7 @@ def _cpu_units(events) -> list[tuple[str, float]]:
 
 
 def _op_rows(prof, events, on_cuda: bool, steps: int) -> list[dict]:
-    """One row per aten operator: calls, times and kernel launches per forward, and the
-    category (unit_category) most of its time is counted in."""
+    """One row per aten operator: calls, times, launches per forward, and its category."""
     launched: dict[str, Counter] = defaultdict(Counter)
     counted_in: dict[str, Counter] = defaultdict(Counter)
     for e in events:

@@ -1,9 +1,7 @@
 """python -m kb_eval.profile: where a forward's time goes, operator by operator.
 
-Each configuration (a problem's reference, a candidate solution, a BERT encoder at one
-batch size x sequence length) is profiled in its own child process (kb_eval.isolation:
-a candidate that crashes ends only its child) and written to <out>/<label>/: profile.json,
-report.md, trace.json."""
+Each configuration is profiled in its own child process and written to <out>/<label>/:
+profile.json, report.md, trace.json."""
 
 from __future__ import annotations
 
@@ -160,8 +158,7 @@ def problem_configs(args, problems) -> list[Config]:
 
 def run_configs(configs: list[Config], args, device: str, defaults,
                 isolated) -> dict[str, dict]:
-    """Profile each configuration in a child; a failed one is reported and skipped.
-    `defaults`: the config's DEFAULTS (forwards per profile, build cache, memory)."""
+    """Profile each configuration in a child; a failed one is reported and skipped."""
     out = Path(args.out).expanduser()
     gpu = device == "cuda"
     steps = defaults.profile_steps if gpu else defaults.profile_cpu_steps

@@ -38,8 +38,7 @@ def run_records(results_dir: Path, model: str, run: str) -> tuple[Path, list[dic
 
 
 def pick_record(records: list[dict], key: str, sample: int | None) -> dict:
-    """The record to profile for problem `key`: sample `sample`'s last turn, or (None) the
-    correct answer with the best speedup, else the first sample's last turn."""
+    """The record to profile: `sample`'s last turn, or the best correct, else sample 0's."""
     mine = [r for r in records if r.get("key") == key and r.get("code_path")]
     if sample is not None:
         mine = [r for r in mine if r.get("sample") == sample]

@@ -1,8 +1,6 @@
-"""Launch counts: how many kernels (CUDA) or aten operator calls (CPU) one forward makes,
-for `python -m kb_eval.profile` and for the eval records (one profiled call per side,
-outside timing).
-
-Imported by the candidate's child: it must not import anything of the judge's."""
+"""Launch counts: kernels (CUDA) or aten operator calls (CPU) of one forward, for
+`python -m kb_eval.profile` and the eval records. Imported by the candidate's child: it
+must not import anything of the judge's."""
 
 from __future__ import annotations
 
@@ -14,8 +12,7 @@ from torch.autograd.profiler import profile
 from torch.profiler import record_function
 
 FORWARD_MARK = "kb_eval::forward"
-# An eval record's `count`: GPU kernels (memcpy/memset apart), or on a CPU the outermost
-# aten operator calls (aten::linear, not the addmm inside it).
+# a record's `count`: GPU kernels (no memcpy/memset), or a CPU's outermost aten calls
 UNITS = {"cuda": "cuda_kernels", "cpu": "aten_ops"}
 
 
@@ -57,8 +54,7 @@ def count_launches(call: Callable[[], object], device: torch.device) -> dict:
     """One profiled `call()` (already warmed up by the caller): {"unit", "count"} plus the
     detail of `launch_counts`."""
     on_cuda = device.type == "cuda"
-    # The autograd profiler, not torch.profiler.profile, whose start imports inductor
-    # (seconds in a fresh child: docs/PERFORMANCE.md).
+    # the autograd profiler: torch.profiler.profile's start imports inductor (seconds)
     with torch.no_grad(), profile(use_cpu=True, use_device="cuda" if on_cuda else None,
                                        use_kineto=True) as prof:
         with record_function(FORWARD_MARK):
@@ -81,8 +77,8 @@ def count_or_error(call: Callable[[], object], device: torch.device) -> dict:
 
 
 def paired_counts(candidate: object, reference: object) -> dict:
-    """The eval record's `launches` (results.LaunchCounts) from the two sides' reports.
-    The candidate's report is untrusted: only a whole number in the same unit is taken."""
+    """The record's `launches` from both sides' reports (the candidate's: only a whole
+    number in the same unit)."""
     sides = {"candidate": candidate, "reference": reference}
     ref = reference if isinstance(reference, dict) else {}
     unit = ref.get("unit")

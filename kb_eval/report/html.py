@@ -1,9 +1,8 @@
 """`--html FILE`: one self-contained page (inline CSS, JS, base64 PNG and JSON) that opens
 from disk with no network; heat-map cells open the samples behind them.
 
-Untrusted text (errors, model-written code) reaches the page only through JSON rendered
-with textContent, never as HTML. Script errors are written into #js-errors, so that a
-headless browser's DOM dump shows whether the page ran clean.
+Untrusted text reaches the page only as JSON rendered with textContent, never as HTML.
+Script errors go into #js-errors, so a headless browser's DOM dump shows a clean run.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """Speed of light in the report: the sol_p cells, a sample's SOL text, and one roofline
 plot per run (base64 PNG).
 
-The roofline plots arithmetic intensity (FLOPs per compulsory byte) against achieved
-FLOP/s under the memory and compute ceilings; filled points are samples, hollow ones the
-reference. A problem of no counted FLOPs stands at the left edge, at bytes/s x that
-edge's intensity, so its height against the memory line is still its bandwidth share.
+The roofline: FLOPs per compulsory byte against achieved FLOP/s; filled points are
+samples, hollow ones the reference. A problem of no FLOPs stands at the left edge, so its
+height against the memory line is still its bandwidth share.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""Which runs a report compares, and with which others.
-
-Speedups are only comparable between runs of the same hardware, precision, backend,
-baseline kind (file or live) and problems: such runs form a group, ranked only within
-itself. By default each model counts with its latest *complete* run of a group (an
-interrupted run would rank on the problems it happened to finish). A run whose every
-record is an `inference_error` measured nothing: it is shown as failed, not scored.
+"""Which runs a report compares: runs of the same hardware, precision, backend, baseline
+kind and problems form a group, ranked only within itself; by default each model's latest
+complete run. A run of only `inference_error`s is shown as failed, not scored.
 """
 
 from __future__ import annotations
@@ -28,8 +24,7 @@ class GroupKey:
 
     @property
     def problem_set(self) -> str:
-        """The source and a fingerprint of the problems asked (no shared ranking across
-        different problem lists)."""
+        """The source and a fingerprint of the problems asked."""
         digest = hashlib.sha256("\n".join(self.problems).encode()).hexdigest()[:8]
         return f"{self.source} ({len(self.problems)} problems, #{digest})"
 
@@ -58,8 +53,7 @@ class RunEntry:
 
 
 def baseline_kind(run: RunFile) -> str:
-    """live or file; torch.compile or TVM timings (a file, or timed live) are their own
-    kind, never eager's."""
+    """live or file, with a compiled baseline's mode: never eager's kind."""
     where = run.baseline or next((r.baseline_source for r in run.samples
                                   if r.baseline_source), "")
     if where == "live":
@@ -90,8 +84,7 @@ def never_answered(run: RunFile) -> bool:
 
 
 def find_runs(results_dir: Path) -> list[RunEntry]:
-    """Every results/<model>/<run>/results.json; a broken file is named on stderr and
-    skipped."""
+    """Every results/<model>/<run>/results.json; a broken one is named on stderr, skipped."""
     entries = []
     for path in sorted(Path(results_dir).glob("*/*/results.json")):
         if path.parts[-3] == "baseline":
@@ -113,8 +106,7 @@ def _recency(e: RunEntry) -> tuple:
 
 def select_runs(entries: list[RunEntry], all_runs: bool = False
                 ) -> tuple[dict[GroupKey, list[RunEntry]], list[RunEntry]]:
-    """Runs by group (groups in a stable order); and the runs left out: by default the
-    incomplete ones and the older complete runs of a model in the same group."""
+    """Runs by group, and those left out (by default: incomplete, and older complete ones)."""
     groups: dict[GroupKey, list[RunEntry]] = {}
     left_out: list[RunEntry] = []
     for e in sorted(entries, key=_recency, reverse=True):

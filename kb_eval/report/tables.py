@@ -1,8 +1,6 @@
-"""The report's tables, one row per run and one per run and level, as display strings
-shared by every output format (rates in %, a missing value as "-").
-
-Scores are recomputed from the records with kb_eval.eval.judge.score, so that per-level
-rows and interrupted runs are scored exactly like a whole run.
+"""The report's tables, per run and per run and level, as display strings for every
+format. Scores are recomputed from the records (judge/score.py), so per-level rows and
+interrupted runs are scored like a whole run.
 """
 
 from __future__ import annotations
@@ -31,8 +29,7 @@ class RunStats:
 
 
 def _wall(run) -> float | None:
-    """Seconds from the run file's creation to its last write (a resumed run includes
-    the pause)."""
+    """Seconds from the run file's creation to its last write (pauses included)."""
     try:
         span = datetime.fromisoformat(run.updated) - datetime.fromisoformat(run.created)
     except (TypeError, ValueError):
@@ -83,8 +80,7 @@ def _tokens(usage: dict) -> int | str:
 
 
 def rank_order(stats: list[RunStats]) -> list[RunStats]:
-    """Best first: fast_1, then correct, then geomean speedup; failed runs (never
-    answered) last, unranked."""
+    """Best first: fast_1, correct, geomean speedup; failed runs last, unranked."""
     return sorted(stats, key=lambda st: (st.entry.unanswered,
                                          -st.summary.fast_p.get("fast_1", 0.0),
                                          -st.summary.correct_rate,

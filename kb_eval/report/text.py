@@ -51,7 +51,6 @@ def pct(x: float | None) -> str:
 
 
 def _money(x: float | None) -> str:
-    # "-" is how every report table shows a missing cost; here it also says why.
     return "- (no prices in config.py)" if x is None else f"${x:.4f}"
 
 

@@ -11,10 +11,8 @@ How the work flows (threads):
          │                                                                          ▼
     main thread ◄──── answers ──── records (evaluated, or answers without usable code)
 
-Only the main thread touches state: it extracts each answer's code (saved under code/),
-queues it for evaluation, writes each record to results/<model>/<run>/results.json and
-asks the next turn when a turn's record arrives. API answers are cached under responses/,
-so a rerun or --resume sends nothing already answered.
+Only the main thread touches state. API answers are cached under responses/, so a rerun
+or --resume sends nothing already answered.
 """
 
 from kb_eval.run.command import entry, main

@@ -18,8 +18,7 @@ REFERENCE_CONCURRENCY = 4
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Settle the flags, the model and the run folder before any work, so that a typo, an
-    unknown model, a missing key or a clashing run costs nothing."""
+    """Settle the flags, the model and the run folder before any work."""
     from kb_eval.inference.endpoints import check_api_key, resolve_model
     from kb_eval.results import slugify
     from kb_eval.settings import load_settings

@@ -16,8 +16,7 @@ class Chain:
 
 
 def first_turns(problems: list, args, ctx, recorded: dict) -> tuple[list[Chain], int]:
-    """The chains still to ask (a resumed run skips samples whose last turn is recorded)
-    and how many records they have left to make (the progress bar's total)."""
+    """The chains still to ask, and how many records they have left to make."""
     from kb_eval.inference.prompts import build_prompt
 
     chains = [Chain(p, s, build_prompt(p.code, ctx.backend, ctx.config.precision,

@@ -1,9 +1,6 @@
-"""The flags of `python -m kb_eval.run` and what they turn into: the parser (its --help is
-the user's documentation), the values a --resume takes from the run it continues, the
-run folder, and the EvalConfig that every sample is evaluated with.
-
-Kept free of torch and of kb_eval.eval at import time, so that --help and flag errors
-answer at once."""
+"""The flags of `python -m kb_eval.run` and what they turn into: the parser, what a
+--resume takes from its run, the run folder and the EvalConfig. Free of torch at import
+time, so --help and flag errors answer at once."""
 
 from __future__ import annotations
 
@@ -20,13 +17,9 @@ from kb_eval.errors import UserError
 from kb_eval.ray_cluster import add_executor_flags, executor_config
 
 PROMPTS = ("zero_shot", "one_shot", "few_shot")
-# What a CPU run asks when no problem is selected: the bert suite's batch 64 x seq 64
-# problems cover each of its levels and kernels; its batch 16 x seq 512 twins cost most of
-# a full run's time on a small CPU (`--full-suite` asks them too).
+# a CPU run's default problems: bert's batch 64 x seq 64 ones (`--full-suite`: all)
 CPU_QUICK = ("bert", "b64s64")
-# Flags a --resume takes from the run when not given again (so the run stays one run);
-# warmup and correct_trials have no flag (the config's DEFAULTS), but a resumed run keeps
-# its own.
+# flags a --resume takes from its run when not given again (so the run stays one run)
 RESUMED_FLAGS = ("source", "level", "problems", "name", "backend", "precision", "prompt",
                  "samples", "turns", "trials", "warmup", "correct_trials", "live_baseline",
                  "atol", "rtol", "baseline_compile", "tolerance")
@@ -103,8 +96,7 @@ def _add_timing_flags(p: Parser, defaults) -> None:
 
 
 def flag_defaults(defaults) -> dict:
-    """The defaults of RESUMED_FLAGS, applied only after a resumed run had its say (the
-    parser leaves them None so that "not given" can be told from "given the default")."""
+    """The defaults of RESUMED_FLAGS, applied after a resumed run had its say."""
     return {"source": defaults.source, "level": None, "problems": None, "name": None,
             "backend": defaults.backend, "precision": defaults.precision,
             "prompt": "one_shot", "samples": 1, "turns": 1, "trials": None,
@@ -134,8 +126,7 @@ def check_numbers(args) -> None:
 
 
 def pick_run(args, model_dir: Path) -> str:
-    """The run folder's name: --run, else (resuming) the run written last, else a new
-    timestamp. A --resume must find a run: starting afresh would ask everything again."""
+    """The run folder's name: --run, else (resuming) the latest run, else a timestamp."""
     if args.run:
         if args.resume and not (model_dir / args.run / "results.json").is_file():
             raise UserError(f"--resume: nothing to resume, "
@@ -161,9 +152,7 @@ def stored_run(path: Path) -> dict:
 
 
 def eval_config(args, defaults, cuda: bool):
-    """The EvalConfig of the run. The trial and warm-up defaults depend on the backend
-    (CPU or GPU), so they are filled into `args` here, and the run's file records the
-    values actually used."""
+    """The EvalConfig of the run; backend-dependent defaults are filled into `args` here."""
     from kb_eval.eval import EvalConfig
     from kb_eval.timing import TimingSettings
 

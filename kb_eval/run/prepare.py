@@ -10,8 +10,7 @@ from kb_eval.run.flags import CPU_QUICK, RESUMED_FLAGS
 
 
 def answerable(model, problems: list, precision: str) -> list:
-    """The problems the reference model has solutions for (a missing one is a gap in our
-    collection, not a failure to score)."""
+    """The problems the reference model has solutions for."""
     from kb_eval.solutions import pick
 
     index = model.index()  # no solutions for this backend at all: a UserError
@@ -27,8 +26,7 @@ def answerable(model, problems: list, precision: str) -> list:
 
 
 def prepare_context(config, problems, stored: dict):
-    """The eval context; without a usable baseline file the reference is timed live (with
-    a note), unless a compiled baseline was asked for or the resumed run used a file."""
+    """The eval context; without a usable baseline file the reference is timed live."""
     from kb_eval.eval.schedule.context import create_checked
 
     may_go_live = (config.baseline_mode == "eager"
@@ -68,8 +66,7 @@ def make_writer(path: Path, ctx, **kw):
 
 
 def open_writer(run_dir: Path, run: str, ctx, model, endpoint, args, problems: list):
-    """The run's results file, created or reopened, saved at once with the flags a later
-    --resume takes back and the model asked."""
+    """The run's results file, created or reopened, saved at once with its flags."""
     from kb_eval.results import Producer, stored_producer
 
     # Read before the writer rewrites the file: a resumed run lists every invocation.

@@ -72,14 +72,11 @@ class Runner:
         return evaluator, askers
 
     def _stop_threads(self, evaluator: threading.Thread, askers: list, finished: bool) -> None:
-        """Tell every thread to stop; after a failure or Ctrl-C (not `finished`), the
-        children still running are killed rather than waited for."""
+        """Tell every thread to stop; unless `finished`, running children are killed."""
         self.bar.close()
         self.stopping.set()
         for _ in askers:
             self.asks.put(None)
-        # None: evaluate() returns once nothing is pending; Abandoned: it kills its
-        # running children and returns at once.
         self.eval_q.put(None if finished else Abandoned())
         evaluator.join(timeout=None if finished else 60)
 

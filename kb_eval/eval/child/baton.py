@@ -1,15 +1,9 @@
-"""torch's build lock, made to outlive no holder.
+"""torch's build lock (cpp_extension's FileBaton), made to outlive no holder: a killed
+holder would leave `<build dir>/lock` for good and time out every later load.
 
-`load_inline` holds `<build dir>/lock` (cpp_extension's FileBaton, made with O_EXCL)
-around every build and up-to-date check; a holder killed in between would leave it for
-good, and every later load of that build would time out, charged to the candidate.
-
-In our children the lock file is born locked: written aside with a mark naming this host,
-flock'ed, then hard-linked into place. The kernel drops a flock when its holder dies, so
-a marked lock whose flock can be taken belongs to a dead holder and is removed. Other lock
-files (torch's own, another host's) are waited on as torch does (schedule/build.py:
-clear_batons sweeps old ones). Where the file system cannot link or flock, the baton is
-torch's.
+Our lock file is born locked (written aside with a host mark, flock'ed, hard-linked into
+place); the kernel drops a flock with its holder, so a marked lock whose flock can be taken
+is a dead holder's and is removed. Other lock files are waited on as torch does.
 """
 
 from __future__ import annotations
@@ -33,8 +27,7 @@ class _NoFlockHere(OSError):
 
 
 def use_build_dirs(ext: str | None) -> None:
-    """Where load_inline and Triton find (or put) this source's build: its cache folder
-    (run and build children alike)."""
+    """Point load_inline and Triton at this source's build cache folder."""
     if ext:
         install()  # a killed child's build lock must not stall the next load
         os.environ["TORCH_EXTENSIONS_DIR"] = ext
@@ -65,16 +58,14 @@ def try_acquire(self) -> bool:
 
 
 def wait(self) -> None:
-    # a holder that died mid-build leaves the build half made and its import fails (a
-    # failure of ours, built again: schedule/build.py); a wait never lasts for ever
+    # a dead holder's half-made build fails its import (ours, built again)
     while os.path.exists(self.lock_file_path):
         time.sleep(self.wait_seconds)
         remove_if_dead(self.lock_file_path)
 
 
 def release(self) -> None:
-    # removed before the flock goes, and only our own file: whoever takes the flock then
-    # finds the file gone (or another holder's), never this live holder's to remove
+    # removed before the flock goes, and only our own file
     if self.fd is None:
         os.remove(self.lock_file_path)
         return
@@ -126,15 +117,13 @@ def _open(path) -> int:
 
 
 def remove_if_dead(path) -> bool | None:
-    """Remove the lock file at `path` if it is ours and its holder is gone: True when
-    removed here, None when it went or was replaced meanwhile (the place may be free),
-    False when it stays (its holder lives, it is not ours, or no flock tells)."""
+    """Remove our lock file at `path` if its holder is gone: True removed, None gone or
+    replaced meanwhile, False it stays."""
     return sweep(path, foreign=lambda made: False)
 
 
 def sweep(path, foreign) -> bool | None:
-    """`remove_if_dead`, and a lock file that is not ours removed when `foreign(its
-    mtime)` says so; all read through one descriptor, and only that file removed."""
+    """`remove_if_dead`, and a foreign lock file removed when `foreign(mtime)` says so."""
     try:
         fd = _open(path)
     except FileNotFoundError:
@@ -151,8 +140,7 @@ def sweep(path, foreign) -> bool | None:
             return False
         if os.stat(path).st_ino != os.fstat(fd).st_ino:
             return None
-        # no one else removes it now: a new lock file needs this one gone first, and our
-        # own lock files' removers hold their flock
+        # no one else removes it now: its other removers hold the flock
         os.unlink(path)
         return True
     except FileNotFoundError:

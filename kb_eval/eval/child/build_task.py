@@ -1,10 +1,6 @@
-"""The build child's side: what runs in the process that compiles a candidate.
-
-`build_candidate` execs the source with the build cache as TORCH_EXTENSIONS_DIR, so that
-`load_inline` compiles into it; `call_on_meta` (first_call_task.py, named here so its
-children are the builds' spares) runs a lazy compile ahead. The parent side is
-schedule/build.py, which also reads compiler output with the helpers below. Candidate code
-runs in this process: it imports nothing of the scheduler or the judge.
+"""The build child's side: `build_candidate` execs the source so `load_inline` compiles
+into the build cache; `call_on_meta` runs a lazy compile ahead. Candidate code runs here:
+it imports nothing of the scheduler or the judge (parent side: schedule/build.py).
 """
 
 from __future__ import annotations
@@ -21,13 +17,11 @@ from kb_eval.eval.child.first_call_task import call_on_meta
 __all__ = ["build_candidate", "call_on_meta", "compile_error_line", "cuda_header",
            "is_diagnosed", "toolchain_fault", "trim_compiler_output"]
 
-# nvcc_front.py's MARKER_SUFFIX and tiers, smallest first: not imported, so that no
-# scheduler module is loaded where candidate code runs (tests/test_trust_boundary.py).
+# nvcc_front.py's MARKER_SUFFIX and tiers: not imported (no scheduler module here)
 HEADER_MARKER = ".kb-header"
 HEADER_TIERS = ("lean", "slim", "full")
 _COMPILE_ERROR = re.compile(r"error|undefined reference|undefined symbol|fatal", re.IGNORECASE)
-# A compiler or linker that read the source and said why it rejects it (case-sensitive:
-# Python's "RuntimeError:" around every load_inline failure must not count).
+# a compiler's diagnostic (case-sensitive: Python's "RuntimeError:" must not count)
 _DIAGNOSTIC = re.compile(r"\berror:|\berror :|undefined reference|undefined symbol|"
                          r"multiple definition")
 # Failures that are ours whatever the source: (pattern, what went wrong).
@@ -60,9 +54,7 @@ def trim_compiler_output(text: str, max_lines: int = 60, context: int = 2) -> st
 
 
 def compile_error_line(text: str) -> str:
-    """The line a compile error is known by: the compiler's first diagnostic, its path
-    cut to the file name (`main.cpp:17:11: error: expected ';' before '}' token`), else
-    the exception's first line (torch's `Error building extension ...: [1/2] <command>`)."""
+    """The compiler's first diagnostic, its path cut to the file name, else the first line."""
     for line in text.splitlines():
         if _DIAGNOSTIC.search(line) and not line.lstrip().startswith(("[", "FAILED")):
             return re.sub(r"^\s*\S*/(?=[^/\s]+:\d+)", "", line).strip()[:300]
@@ -70,9 +62,8 @@ def compile_error_line(text: str) -> str:
 
 
 def toolchain_fault(text: str, our_dirs: list[str]) -> str | None:
-    """Why a failed build is our fault, with the line that shows it (None: nothing says
-    so). `our_dirs` are folders only we write (the PCH folder, the builds folder): a
-    compiler that cannot find, or run, a file there failed on us, not on the source."""
+    """Why a failed build is our fault, with the line that shows it, or None. `our_dirs`:
+    folders only we write, where a missing file is ours."""
     checks = list(_OUR_FAULTS)
     for folder in filter(None, our_dirs):
         path = re.escape(folder.rstrip("/")) + r"/\S*"
@@ -130,9 +121,7 @@ def build_candidate(payload: dict, workdir: Path) -> dict:
 
 
 def cuda_header(extensions_dir: Path) -> str | None:
-    """Which torch/extension.h the build's CUDA files were compiled with (nvcc_front.py's
-    notes beside their objects): "lean", "slim", "full", several joined by "+" in that
-    order ("lean+full"), or None (no CUDA file)."""
+    """Which torch/extension.h tiers the CUDA files were compiled with ("lean+full"), or None."""
     kinds = {p.read_text().strip() for p in extensions_dir.rglob("*" + HEADER_MARKER)}
     order = list(HEADER_TIERS)
     rank = {k: order.index(k) if k in order else len(order) for k in kinds}

@@ -1,10 +1,6 @@
-"""What happens around each timed call of a paired timing, the same on both sides.
-
-The candidate's child does bookkeeping between its timed calls (idle check and CPU ledger:
-threads.py; aliasing; tripwires: integrity.py; re-checks), which slows host-bound calls.
-So the reference server runs this same code around its own calls, with a snapshot and
-ledger of its own: both sides pay the same. Only the candidate's re-checks and its full
-tripwire check after a round's last call are its alone.
+"""What happens around each timed call, the same on both sides of a paired timing: the
+candidate's bookkeeping (idle check, CPU ledger, aliasing, tripwires) slows host-bound
+calls, so the reference server runs it too, with its own snapshot and ledger.
 """
 
 from __future__ import annotations
@@ -47,9 +43,8 @@ FULL_CHECK_EVERY = 5  # unpaired timing: timed calls per full tripwire check
 
 
 def round_ends(rounds: list[range], n_calls: int) -> set[int]:
-    """The timed calls after which the full tripwire check runs: each round's last, or
-    every FULL_CHECK_EVERY-th and the last without rounds (the timer's part runs after
-    every call)."""
+    """The timed calls followed by the full tripwire check: each round's last, or every
+    FULL_CHECK_EVERY-th and the last."""
     if rounds:
         return {r[-1] for r in rounds}
     return set(range(FULL_CHECK_EVERY - 1, n_calls, FULL_CHECK_EVERY)) | {n_calls - 1}
@@ -60,13 +55,9 @@ Draw = Callable[[int], tuple[int | None, list]]
 
 
 class TimedCalls:
-    """`args(i)`, `call(*args)` and `on_output(i, out)` for timing.time_calls, around a
-    model. `watch` holds the tripwires and ledger. `round_ends`: indices
-    after which the full tripwire check runs (the timer's part runs after every call).
-    `picks` calls, drawn after each returns, go to `recheck(tensors, seed, inputs, i)`;
-    every call's output, timed or not, to `returned(out)` (rechecks.py).
-    `candidate=False` on the trusted side: every thread of that process is ours, so a
-    call never waits for threads."""
+    """`args(i)`, `call(*args)` and `on_output(i, out)` for timing.time_calls. `picks` calls,
+    drawn after each returns, go to `recheck`; every output to `returned` (rechecks.py).
+    `candidate=False` on the trusted side: no waiting for threads."""
 
     def __init__(self, model: Callable, watch: Watch, device: torch.device, draw: Draw,
                  round_ends: set[int], n_calls: int, picks: int = 0,
@@ -95,8 +86,7 @@ class TimedCalls:
         if self.candidate:  # the call is not over while the candidate's threads still work
             self.ledger.drain()
         if not self.timed:
-            # An untimed call's kernels are its own, not work launched outside the calls:
-            # waited for here, so the next timed call's idle check sees only the latter.
+            # its kernels are its own: waited for, so the next idle check sees only others
             sync(self.device)
             if self.returned is not None:
                 self.returned(out)

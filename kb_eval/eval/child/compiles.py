@@ -1,11 +1,6 @@
-"""A candidate's own compiles, kept off the device's turn.
-
-A candidate may compile (`load_inline`) in `__init__` or its first call, in the run child.
-Every cpp_extension build goes through `_jit_compile` (looked up at each call, so any
-import of `load_inline` is covered), which here runs inside `CompileTurn`: the child lets
-go of its share of the device's lock and marks `compile`, so no timing step waits on a
-compiler and the lane's place goes to the next sample (schedule/overlap.py); afterwards
-it queues for its share again and marks again the step it was in.
+"""A candidate's own compiles (`load_inline` in its run child), kept off the device's turn:
+every cpp_extension build runs inside `CompileTurn`, which lets go of the child's share of
+the device lock, so no timing step waits on a compiler.
 """
 
 from __future__ import annotations
@@ -26,8 +21,8 @@ STALL_S = 60.0  # the `compile_stall` fault point's delay (kb_eval/faults.py)
 
 
 def around_compiles(around: Callable[[], AbstractContextManager]) -> None:
-    """Run every cpp_extension build of this process inside `around()` (installed again,
-    it replaces the wrapper installed before)."""
+    """Run every cpp_extension build of this process inside `around()` (replacing any
+    earlier wrapper)."""
     import torch.utils.cpp_extension as cpp
 
     real = getattr(cpp._jit_compile, _REAL, cpp._jit_compile)
@@ -42,10 +37,8 @@ def around_compiles(around: Callable[[], AbstractContextManager]) -> None:
 
 
 class CompileTurn:
-    """The run child's `around` for its compiles (module docstring). Only a share is let
-    go: a compile inside the timing step (the lock held alone) keeps it, and the step
-    stays charged as timing. Compiles on several of the candidate's threads at once let
-    go once and take it back once, when the last ends."""
+    """The run child's `around` for its compiles: only a shared lock is let go, once for
+    compiles on several threads at once."""
 
     def __init__(self, lock: DeviceLock, workdir: Path):
         self.lock, self.workdir = lock, Path(workdir)
@@ -86,8 +79,7 @@ class CompileTurn:
 
 
 def yield_turn(lock: DeviceLock, workdir: Path) -> None:
-    """Between two of the candidate's untimed steps: a timing step waiting for the device
-    goes first (DeviceLock.yield_turn), so it never waits for more than one of them."""
+    """Between two untimed steps: a timing step waiting for the device goes first."""
     if lock.mode != "shared":
         return
     step = last_step()

@@ -1,6 +1,5 @@
-"""The lazy-compile child's side (why: schedule/first_call.py): the candidate's model
-built and called once on meta inputs in a build child, so that a compile its `__init__`
-or first `forward` starts lands in the build cache. Candidate code runs here."""
+"""The lazy-compile child's side (schedule/first_call.py): the candidate's model built and
+called once on meta inputs, so a compile it starts lands in the build cache."""
 
 from __future__ import annotations
 
@@ -13,8 +12,7 @@ from kb_eval.eval.child.baton import use_build_dirs
 
 
 def call_on_meta(payload: dict, workdir: Path) -> dict:
-    """Build child target: the candidate's model built and called once on meta inputs
-    (payload: source, problem_code, precision, extensions_dir)."""
+    """Build child target (payload: source, problem_code, precision, extensions_dir)."""
     import torch
 
     from kb_eval.inputs import build_model, make_init_inputs, make_inputs, precision_dtype
@@ -39,9 +37,8 @@ def call_on_meta(payload: dict, workdir: Path) -> dict:
 
 @contextmanager
 def gpu_in_sight() -> Iterator[None]:
-    """For the block, `torch.cuda.is_available()` is True and `device_count()` at least 1
-    (candidates guard their compiles so), except inside a cpp_extension build, whose
-    arch flags need the truth. Any real use of the device still fails, and is ignored."""
+    """For the block, CUDA looks available (candidates guard their compiles so), except
+    inside a cpp_extension build, whose arch flags need the truth."""
     import torch
 
     from kb_eval.eval.child.compiles import around_compiles

@@ -1,7 +1,5 @@
-"""The candidate's side of the verdict gate (kb_eval/eval/schedule/gate.py): before its
-timing step, the child asks the parent whether its correctness outputs, already saved,
-match the reference. A wrong answer is not timed: its verdict cannot change, and its
-timing step would hold the device alone for nothing."""
+"""The candidate's side of the verdict gate (schedule/gate.py): a wrong answer is not
+timed, as its timing step would hold the device alone for nothing."""
 
 from __future__ import annotations
 
@@ -18,10 +16,8 @@ POLL_S = 0.002
 
 
 def may_time(folder: Path, labels: list[str], lock: DeviceLock, workdir: Path) -> bool:
-    """Tell the parent which correctness outputs are saved, wait for its answer: False
-    when they are wrong. No answer in time times as before; a `go` the candidate wrote
-    itself gains it nothing. The device's lock is let go meanwhile and the wait is charged
-    to no budget."""
+    """Ask the parent about the saved correctness outputs, the lock let go: False when they
+    are wrong; no answer in time times as before."""
     mark(workdir, WAIT)
     lock.release()
     folder.mkdir(parents=True, exist_ok=True)

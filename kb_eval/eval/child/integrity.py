@@ -1,30 +1,11 @@
 """Tripwires for in-process tampering (candidate child side).
 
-Before any candidate code runs, the worker takes a `Snapshot` of what timing, syncing,
-comparing, seeding and reporting rely on:
-- functions and classes at fixed paths (time.perf_counter_ns, torch.cuda.synchronize,
-  torch.cuda.Event and its methods, torch.allclose, torch.save, os.urandom, ...): the
-  object's identity and, for Python functions, the identity of its code, defaults and
-  closure;
-- every global name of our own modules (kb_eval.timing, .timing_plan, .inputs, .harness,
-  .eval.worker, .eval.guards, ...) and every attribute of our timer classes: so
-  `timing.clocks = fake`, `TimingStats.of = ...` or a re-imported module are seen;
-- `sys.modules` entries of those modules, builtins, sys.settrace/setprofile hooks;
-- the numerics switches the run fixed (TF32, float32 matmul precision, reduced-precision
-  reductions).
-`Snapshot.changes()` lists what differs now. The worker calls it after loading the
-candidate, after building the model, after each correctness call, after each round of
-timed calls and at the end; any change becomes a `tampered` flag (error). After every
-timed call (outside the timed region) it checks the part a timer relies on
-(`changes(timer_only=True)`: the clocks, events, synchronizes, our timing modules and the
-numerics switches, compared by identity), a tenth of the full check's work or less: the
-full check between calls slowed the next call's launches (docs/PERFORMANCE.md), and both
-sides' timings now pay for what runs between calls (calls.py).
-
-This is a tripwire, not a wall: code in the same process can also patch the checker, race
-it from another thread, or tamper natively (ctypes, C++). The defenses that do not trust
-the child (parent-side comparison, unpredictable inputs, physical floor) are listed in
-docs/GUARANTEES.md.
+Before candidate code runs, a `Snapshot` records what timing, comparing, seeding and
+reporting rely on: functions at fixed paths (PROTECTED, by identity and code), every global
+of our own modules and timer classes, sys.modules entries, builtins, trace hooks and the
+numerics switches. `changes()` lists what differs (a `tampered` flag); after every timed
+call only the timer's part is checked (`timer_only`: cheap enough not to slow launches).
+A tripwire, not a wall: docs/GUARANTEES.md lists the defenses that do not trust the child.
 """
 
 from __future__ import annotations
@@ -35,10 +16,8 @@ import inspect
 import sys
 from typing import Any
 
-# (module, attribute path) of what a timer, a checker or a reporter relies on. Not
-# torch.cuda.default_generators (inputs.seeded draws on the device's through it): CUDA's
-# start replaces that tuple, so a snapshot taken before it would flag torch itself; a
-# seeding made to do nothing is caught anyway, as inputs that their seed does not regenerate.
+# (module, attribute path) of what a timer, checker or reporter relies on. Not
+# torch.cuda.default_generators: CUDA's start replaces it (a dead seeding shows anyway).
 PROTECTED = [
     ("time", p) for p in ("perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns",
                           "time", "time_ns", "process_time", "sleep")
@@ -62,14 +41,12 @@ PROTECTED = [
 ] + [("secrets", "randbelow"), ("secrets", "randbits"), ("json", "dumps"), ("json", "dump"),
      ("gc", "collect"), ("gc", "disable"), ("gc", "enable"), ("hashlib", "sha256")]
 
-# What a timer relies on from call to call: checked after every timed call (the rest after
-# each round). A patch made in one call and undone in the next is still seen.
+# checked after every timed call (the rest after each round)
 TIMER_PATHS = [(m, p) for m, p in PROTECTED if m in ("time", "gc") or p.startswith(
     ("cuda.synchronize", "cuda.Event", "cuda.current_stream", "cuda.default_stream",
      "cuda.stream", "cuda.Stream", "_C._cuda_synchronize", "_utils._CudaEventBase"))]
 
-# Our own modules: every global name (so `kb_eval.timing.clocks = fake` shows) and the
-# attributes of the classes that time and judge.
+# our own modules (every global name) and the classes that time and judge
 OWN_MODULES = ("kb_eval.timing", "kb_eval.timing_plan", "kb_eval.clocks", "kb_eval.inputs",
                "kb_eval.harness",
                "kb_eval.problems", "kb_eval.isolation", "kb_eval.isolation.child",
@@ -84,8 +61,6 @@ OWN_CLASSES = [("kb_eval.timing", "_CpuTimer"), ("kb_eval.timing", "_CudaTimer")
                ("kb_eval.eval.child.integrity", "Snapshot"), ("kb_eval.eval.child.calls", "Watch"),
                ("kb_eval.eval.child.calls", "TimedCalls"),
                ("kb_eval.eval.child.threads", "Ledger")]
-# timing_plan: the policy the timed rounds apply (TimingSettings.n_calls, kept,
-# paired_rounds, TimingStats.of's round_medians), checked as often as the timers.
 TIMER_MODULES = ("kb_eval.timing", "kb_eval.timing_plan", "kb_eval.clocks")
 TIMER_CLASSES = [c for c in OWN_CLASSES if c[1] in ("_CpuTimer", "_CudaTimer")]
 
@@ -132,11 +107,8 @@ def _numerics() -> dict[str, Any]:
 
 
 def _disabled_dynamo_of(new: Any, old: Any) -> bool:
-    """Whether `new` is `torch._disable_dynamo(old)`: what PyTorch's own dynamo does to
-    `torch.manual_seed` when it loads (a candidate calling torch.compile imports it). The
-    wrapper only calls `old` with dynamo off, so it changes nothing we rely on. Checked by
-    the wrapper's code object (the one `torch._disable_dynamo` makes, not a look-alike)
-    and by what it wraps."""
+    """Whether `new` is `torch._disable_dynamo(old)` (dynamo wraps `torch.manual_seed` when
+    it loads): checked by the wrapper's code object and by what it wraps."""
     if "torch._dynamo" not in sys.modules or getattr(new, "__wrapped__", None) is not old:
         return False
     import torch
@@ -147,7 +119,6 @@ def _disabled_dynamo_of(new: Any, old: Any) -> bool:
         return False
     if getattr(new, "__code__", None) is not reference.__code__:
         return False
-    # The wrapper calls the function in its closure: that must be the original itself.
     cells = [c.cell_contents for c in (new.__closure__ or ())]
     return any(c is old for c in cells)
 
@@ -160,10 +131,8 @@ _MISSING = object()
 
 
 def _steps(module: str, path: str) -> list[tuple[Any, str, Any]]:
-    """(namespace, name, object) for each lookup from sys.modules to module.path: the
-    timer's check compares these by identity, a few microseconds for all of them. A class
-    attribute found in a base class also pins it absent from the classes before it; a
-    path that ends early (no CUDA in this torch) pins the missing name absent."""
+    """(namespace, name, object) for each lookup from sys.modules to module.path, compared
+    by identity; names found in a base class, or missing, are pinned absent before it."""
     obj: Any = sys.modules[module]
     steps = [(sys.modules, module, obj)]
     for part in path.split("."):
@@ -198,8 +167,7 @@ class Snapshot:
         self._timer = self._timer_identities()
 
     def _timer_identities(self) -> tuple | None:
-        """The timer's part as identities to compare (None: some path does not resolve
-        statically; the timer's check then takes the slower way every time)."""
+        """The timer's part as identities (None: a path does not resolve; the slow way then)."""
         try:
             steps = [st for m, p in TIMER_PATHS for st in _steps(m, p)]
             for name in TIMER_MODULES:

@@ -1,12 +1,7 @@
-"""What one call of a model shows, observed in the process that ran it (the candidate's
-child, and the reference server the same way, so rules the reference itself breaks are
-not held against the candidate):
-- `output_tensors`: the output is an exact `torch.Tensor` or a tuple/list of them (no
-  subclass that could fake comparisons, no lazy object);
-- `aliased_inputs`: which outputs share storage with an input (returning an input);
-- `mutated_inputs`: which inputs changed during the call (compared with a copy made before);
-- the device of each output (a GPU problem answered on the CPU is not an answer).
-The judge (kb_eval/eval/judge/guards.py) turns these observations into flags.
+"""What one call of a model shows, observed where it ran (the candidate's child, and the
+reference server the same way, so the reference's own habits are not held against the
+candidate): exact tensor outputs, aliasing, mutated inputs, devices. judge/guards.py
+turns these into flags.
 """
 
 from __future__ import annotations

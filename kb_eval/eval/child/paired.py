@@ -1,6 +1,5 @@
-"""The candidate's side of a paired timing (kb_eval/eval/schedule/pairing.py), in the
-candidate's process: its rounds, with a handshake before each so that the parent can stop
-this process and have the trusted reference server time the reference's rounds."""
+"""The candidate's side of a paired timing (schedule/pairing.py): its rounds, a handshake
+before each so the parent can stop this process while the reference's rounds are timed."""
 
 from __future__ import annotations
 
@@ -15,25 +14,21 @@ from kb_eval.timing import (SPENT, TimingSettings, TimingStats, kept, round_time
                             take_launch_ms, time_calls)
 
 
-# In the pairing folder, written before the first handshake by a candidate timed in fewer
-# rounds (timing.plan_timing's slow cut): their number.
+# the number of rounds of a candidate timed in fewer (written before the first handshake)
 ROUNDS_FILE = "rounds"
 
 
 def time_paired(fn, settings: TimingSettings, device: torch.device, args, on_output,
                  folder: Path, rounds: list[range], untimed_ended,
                  check_idle=lambda: None) -> TimingStats:
-    """Per round, one untimed call (unless `settings.round_untimed` is off) then the
-    round's timed ones, the parent told before each round and after the last (it times
-    the reference's rounds meanwhile, this process stopped). Its rounds are the medians of
-    each round's calls. `untimed_ended` after each round's untimed call (the ledger counts
-    it as a call); `check_idle` before each later handshake, whose synchronize would
-    otherwise absorb work left running after the round's last timed call."""
+    """Per round, a handshake, one untimed call (`settings.round_untimed`) then the timed
+    ones; rounds are their medians. `check_idle` runs before each later handshake, whose
+    synchronize would otherwise absorb work left running."""
     for i in range(settings.warmup):
         fn(*args(-1 - i))
     samples, medians = [], []
     timer = round_timer(device, settings)
-    take_launch_ms(timer)  # launches timed before (none today) are not this timing's
+    take_launch_ms(timer)
     for r, calls in enumerate(rounds):
         if r:
             check_idle()
@@ -45,8 +40,7 @@ def time_paired(fn, settings: TimingSettings, device: torch.device, args, on_out
             untimed_ended()  # an untimed call returns synchronized (calls.py)
             busy_s = clocks.perf_counter() - started
             SPENT["untimed"] += busy_s
-        # a timer each round (one per process): it spins the GPU up after the wait, less
-        # the untimed call's time (a candidate that stalls that call only starts colder)
+        # spins the GPU up after the wait, less the untimed call's time
         timer = round_timer(device, settings, busy_s)
         ms = kept(settings, r, time_calls(fn, calls, timer, args, on_output, collect=r == 0))
         samples += ms
@@ -61,9 +55,8 @@ HANDSHAKE_WAIT_S = 300.0
 
 
 def handshake(folder: Path, r: int, device: torch.device) -> None:
-    """Tell the parent that round `r` may start (our work finished first), wait for its
-    go (bounded). A go the candidate wrote itself gains nothing: the parent stops this
-    process group for the reference's rounds whatever the files say."""
+    """Tell the parent round `r` may start, wait for its go (bounded). A forged go gains
+    nothing: the parent stops this process group whatever the files say."""
     with spent("handshake"):  # the reference's rounds are in it
         sync(device)
         (folder / f"ready_{r}").write_text("")

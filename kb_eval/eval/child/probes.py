@@ -1,15 +1,6 @@
-"""Child-side checks of one call, shared by the candidate and the reference workers.
-
-- `fresh_seed()`: a seed from the OS, drawn at the call, so timed inputs cannot be
-  precomputed whatever the candidate learns of our seeds.
-- `regenerate`: inputs are a pure function of their seed, so pristine values are drawn
-  again instead of copied before each call.
-- `settled`: an output still being written after the call returned differs after a wait.
-- `fingerprint`: two 64-bit sums over a tensor's bits, to check inputs later without
-  keeping a copy.
-- `probe_inputs`: the inputs at a smaller batch, to see whether a candidate computes the
-  operation or only the one shape it was shown.
-- `empty_call_ms`: the fastest possible call through the same timer.
+"""Child-side checks of one call, shared by the candidate and the reference workers: OS
+seeds drawn at the call, inputs regenerated from their seed, outputs `settled` after a wait,
+tensor fingerprints instead of copies, the smaller-batch shape probe, the empty call.
 """
 
 from __future__ import annotations
@@ -33,8 +24,7 @@ SNAPSHOT_MAX_BYTES = 256 << 20  # larger outputs are fingerprinted, not cloned, 
 
 
 def recheck_count(asked: int, n_calls: int, out_bytes: int | None) -> int:
-    """How many timed calls are re-checked: as asked, but no more than the calls made and
-    than RECHECK_BUDGET_BYTES of outputs allow (at least one). Child and parent use it."""
+    """Timed calls re-checked: as asked, within the calls made and RECHECK_BUDGET_BYTES."""
     fit = RECHECK_BUDGET_BYTES // max(int(out_bytes or 0), 1)
     return max(0, min(asked, n_calls, max(1, fit)))
 
@@ -48,8 +38,7 @@ def regenerate(module, seed: int, device: torch.device, dtype: torch.dtype) -> l
 
 
 def same_tensor(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Bit-for-bit equal on the same device (NaN equals NaN): an untouched or regenerated
-    tensor is."""
+    """Bit-for-bit equal on the same device (NaN equals NaN)."""
     return a.device == b.device and _same(a, b)
 
 
@@ -65,9 +54,8 @@ def changed_inputs(inputs: list, pristine: list) -> list[int]:
 
 
 def into_buffers(buffers: list | None, inputs: list) -> list:
-    """`inputs`' values in `buffers` (the previous call's inputs), when every tensor
-    matches in shape, dtype and device; else `inputs` themselves. Each call then reads new
-    values at the same addresses: an answer cached by pointer is stale, not just missed."""
+    """`inputs`' values copied into `buffers` (the previous call's) when all fit, else
+    `inputs`: new values at the same addresses defeat answers cached by pointer."""
     if buffers is None or len(buffers) != len(inputs) or not all(
             _fits(b, x) for b, x in zip(buffers, inputs)):
         return inputs
@@ -92,19 +80,14 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-# What a save hands back: the bytes it copied into the server's buffer on the device, one
-# flat uint8 view per output (wire/device.Slots), or None when it wrote a file.
+# a save returns the bytes it copied into the server's buffer (wire/device.Slots), or None
 Save = Callable[[list[torch.Tensor]], "list[torch.Tensor] | None"]
 
 
 def settled(tensors: list[torch.Tensor], device: torch.device, call_s: float,
             save: Save, on_device: Callable[[list], bool] = lambda ts: False) -> bool:
-    """Save the outputs as the call left them, wait, synchronize, and see whether they
-    stayed the same (False: something still wrote to them after the call returned).
-
-    Small outputs are cloned; large ones are compared with the copy saved in the server's
-    buffer (`on_device`) or fingerprinted around a save to file, so no second copy of a
-    multi-GiB output is made and a write during the save is still caught."""
+    """Save the outputs, wait, synchronize: False when something still wrote to them.
+    Large outputs are compared with the saved device copy or fingerprinted, not cloned."""
     wait = min(SETTLE_MAX_S, SETTLE_S + 2 * call_s)
     if tensor_bytes(tensors) <= SNAPSHOT_MAX_BYTES:
         snapshot = [t.detach().clone() for t in tensors]
@@ -120,9 +103,8 @@ def settled(tensors: list[torch.Tensor], device: torch.device, call_s: float,
 
 
 def first_look(tensors: list[torch.Tensor], on_device: bool) -> list | None:
-    """What tells later whether `tensors` changed, taken before their save: None when the
-    save copies them into the server's buffer (its bytes are the look), else their bytes
-    up to SNAPSHOT_MAX_BYTES and their fingerprints beyond."""
+    """Before a save: None when it copies into the server's buffer, else the bytes (up to
+    SNAPSHOT_MAX_BYTES) or fingerprints."""
     if on_device:
         return None
     if tensor_bytes(tensors) <= SNAPSHOT_MAX_BYTES:
@@ -132,16 +114,14 @@ def first_look(tensors: list[torch.Tensor], on_device: bool) -> list | None:
 
 def look_after_save(tensors: list[torch.Tensor], look: list | None,
                     saved: list[torch.Tensor] | None) -> list:
-    """The look to compare with after the wait: `look`, or the bytes the save copied when
-    they were to be it (a file after all: fingerprints, taken late)."""
+    """`look`, or the bytes the save copied (a file after all: fingerprints)."""
     if look is not None:
         return look
     return saved if saved is not None else fingerprints(tensors)
 
 
 def unchanged(tensors: list[torch.Tensor], look: list) -> bool:
-    """Whether the outputs are, bit for bit, what `look` (first_look, look_after_save)
-    saw of them."""
+    """Whether the outputs are, bit for bit, what `look` saw."""
     if look and not isinstance(look[0], torch.Tensor):  # fingerprints
         return fingerprints(tensors) == look
     return same_bytes(tensors, look)
@@ -165,9 +145,8 @@ _FP_WEIGHTS: dict[torch.device, torch.Tensor] = {}
 
 
 def _weights(device: torch.device) -> torch.Tensor:
-    """Odd 32-bit multipliers from the OS's randomness, one per position in a chunk, so a
-    fingerprint changes when elements move, not only when their sum does (odd: a product
-    with one is a bijection mod 2^32, so any one changed word changes the sum)."""
+    """Odd random 32-bit multipliers per position: moved elements change the fingerprint,
+    and (odd: a bijection mod 2^32) so does any one changed word."""
     if device not in _FP_WEIGHTS:
         _FP_WEIGHTS[device] = host_weights().to(device)
     return _FP_WEIGHTS[device]
@@ -175,16 +154,14 @@ def _weights(device: torch.device) -> torch.Tensor:
 
 @functools.cache
 def host_weights() -> torch.Tensor:
-    """The multipliers in host memory, drawn once per process by their own generator (the
-    inputs' is left alone); a spare child draws them ahead (worker.warm_up)."""
+    """The multipliers in host memory, drawn once per process by their own generator."""
     g = torch.Generator().manual_seed(fresh_seed())
     odd = torch.randint(0, 2 ** 31, (_FP_CHUNK,), generator=g, dtype=torch.int64) * 2 + 1
     return odd.to(torch.int32)  # wraps mod 2^32: still odd
 
 
 def _words(t: torch.Tensor) -> torch.Tensor:
-    """`t`'s bits as a flat integer tensor: 32-bit words whenever its bytes allow (one
-    pass of 4 bytes an element, whatever the dtype), else its own element size."""
+    """`t`'s bits as flat integers: 32-bit words when its bytes allow."""
     flat = torch.view_as_real(t).reshape(-1) if t.is_complex() else t.reshape(-1)
     if flat.dtype == torch.bool:
         flat = flat.view(torch.uint8)
@@ -196,9 +173,7 @@ def _words(t: torch.Tensor) -> torch.Tensor:
 
 def fingerprint(t: torch.Tensor) -> tuple:
     """A tensor's dtype, shape and two 64-bit sums over its bits (plain and weighted by
-    position), computed in chunks on its own device: equal for bit-identical tensors and,
-    short of a deliberate collision, different otherwise: for where a full copy would cost
-    gigabytes. The sums stay on the device until one read at the end."""
+    position), on its own device: a check without a copy."""
     t = t.detach()
     words = _words(t)
     w = _weights(words.device)
@@ -225,15 +200,12 @@ def changed_since(xs: list, prints: list) -> list[int]:
             if isinstance(x, torch.Tensor) and fingerprint(x) != p]
 
 
-# The shape probe's batched inputs, at most (about): a check that only warns should not
-# cost seconds of a serial lane.
+# at most this much batched input for the probe: a check that only warns must be cheap
 PROBE_MAX_BYTES = 1 << 30
 
 
 def probe_batch(batch: int, batched_bytes: int) -> int:
-    """The probe's batch: one smaller than the problem's, or for inputs of more than
-    PROBE_MAX_BYTES about as many rows as fit in it (at least two, or one of a batch of
-    two): any size but the problem's own shows a kernel written for that size only."""
+    """One smaller than the problem's batch, or as many rows as fit in PROBE_MAX_BYTES."""
     if batched_bytes <= PROBE_MAX_BYTES:
         return batch - 1
     fit = batch * PROBE_MAX_BYTES // batched_bytes
@@ -241,8 +213,7 @@ def probe_batch(batch: int, batched_bytes: int) -> int:
 
 
 def probe_inputs(inputs: list) -> list | None:
-    """Inputs with a smaller first dimension (probe_batch; every tensor input of rank >= 2
-    whose first dimension is the first tensor input's); None when there is no such batch."""
+    """Inputs with a smaller batch (probe_batch), or None when there is no batch."""
     tensors = [x for x in inputs if isinstance(x, torch.Tensor) and x.dim() >= 2]
     if not tensors or tensors[0].shape[0] < 2:
         return None
@@ -266,9 +237,8 @@ def tensor_bytes(xs: Any) -> int:
 
 
 def empty_call_ms(device: torch.device, settings: TimingSettings, args: list) -> float:
-    """The fastest of 30 calls that do nothing, through the same timer and settings: no
-    candidate can be faster. Not the median: measured beside the builds, a preempted
-    host inflates it."""
+    """The fastest of 30 empty calls through the same timer (the min: a preempted host
+    inflates the median)."""
     probe = settings.model_copy(update={"warmup": 3, "trials": 30})
     return time_callable(lambda *a: None, probe, device, lambda i: args).min
 

@@ -1,17 +1,10 @@
-"""The re-checks of timed calls, in the candidate's child: a few timed calls, picked after
-they return, have their outputs saved for the reference to redo (with the call's seed),
-their inputs compared with a fresh draw of the same seed, and their outputs watched for
-writes that land after the call returned.
+"""The re-checks of timed calls, in the candidate's child: a few calls, picked after they
+return, have their outputs saved for the reference to redo, their inputs compared with a
+fresh draw, and their outputs watched for late writes (a reused buffer is not one).
 
-Under the timing lock only what cannot wait is done: the outputs and inputs are copied.
-The wait for late writes, the save and the fresh draw come after the timing step, so they
-do not hold the device alone; a late write has longer to show, not shorter. An output
-whose storage a later call returned again (a reused buffer) is not taken for a late write.
-
-Outputs beyond `DEFER_BYTES` are saved and their inputs checked at once, and only their
-wait goes on beside the timing, one at a time (`_Settling`). Outputs that alias an input,
-and those beyond `SETTLING_MAX_BYTES`, are re-checked at once, wait included
-(probes.settled).
+Under the timing lock only copies are made; waits, saves and draws come after the timing
+step. Beyond `DEFER_BYTES` an output is saved at once and only its wait runs beside the
+timing (`_Settling`); aliased ones and those beyond `SETTLING_MAX_BYTES` are done at once.
 """
 
 from __future__ import annotations
@@ -28,8 +21,7 @@ from kb_eval.eval.child.probes import (SETTLE_S, changed_inputs, first_look,
                                        tensor_bytes, unchanged)
 
 DEFER_BYTES = 512 << 20  # device memory a sample's re-checks left for later may hold
-# The largest output kept beside the timing while it settles: one output more than the
-# timing holds, within a child's memory charge (schedule/overlap.py: three footprints).
+# the largest output settling beside the timing (schedule/overlap.py: three footprints)
 SETTLING_MAX_BYTES = 2 << 30
 
 # (label, tensors): into the server's buffers (the bytes copied there returned) or a file
@@ -73,8 +65,7 @@ class Rechecks:
     settling: _Settling | None = None  # saved at once, its wait going on beside the timing
 
     def returned(self, out: Any) -> None:
-        """After every call, timed or not: which storages it returned; a settling output
-        whose wait is over is looked at again."""
+        """After every call: note its storages; settle an output whose wait is over."""
         self.returns += 1
         if self.later or self.settling:
             for t in out if type(out) in (tuple, list) else [out]:
@@ -89,7 +80,7 @@ class Rechecks:
                  "devices": [t.device.type for t in tensors]}
         size = 2 * tensor_bytes(tensors) + tensor_bytes(inputs)
         if facts["aliased"] or self.kept + size > DEFER_BYTES:
-            self._settle()  # one settling output at a time: the last one's wait ends first
+            self._settle()  # one settling output at a time
             facts["mutated"] = changed_inputs(inputs, self.draw(seed))
             if facts["aliased"] or not _may_settle(tensors):
                 calm = settled(tensors, self.device, 0.0, lambda ts: self.save(label, ts),
@@ -108,9 +99,7 @@ class Rechecks:
             clocks.perf_counter(), self.returns, facts))
 
     def _settle(self) -> None:
-        """The settling output looked at again once its wait is over (slept out when it
-        is not): unchanged since its save, or rewritten by a later call that returned
-        the same storage (a reused buffer, not a late write)."""
+        """The settling output looked at again once its wait is over."""
         r, self.settling = self.settling, None
         if r is None:
             return
@@ -124,8 +113,7 @@ class Rechecks:
         sync(self.device)
 
     def _reused(self, r: "_Later | _Settling") -> bool:
-        """Whether a later call returned one of `r`'s output storages again (a buffer the
-        candidate reuses: its rewrite is no late write)."""
+        """Whether a later call returned one of `r`'s storages again (a reused buffer)."""
         return any(self.returned_at.get(_storage_span(t), 0) > r.returns for t in r.outputs)
 
     def finish(self) -> None:
@@ -142,7 +130,6 @@ class Rechecks:
 
 
 def _may_settle(tensors: list) -> bool:
-    """Whether these outputs can wait beside the timing: plain dense tensors (their
-    fingerprints and storages tell writes and reuse), SETTLING_MAX_BYTES at most."""
+    """Whether these outputs can wait beside the timing: plain dense, <= SETTLING_MAX_BYTES."""
     return (all(type(t) is torch.Tensor and t.layout == torch.strided for t in tensors)
             and tensor_bytes(tensors) <= SETTLING_MAX_BYTES)

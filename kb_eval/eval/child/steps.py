@@ -1,6 +1,5 @@
-"""Where a candidate's child is, for its parent: the `phase` file (where a child that died
-was) and the `progress` file (the lane's time budgets and places: schedule/overlap.py),
-and `Laps`, its own account of where the time went."""
+"""Where a candidate's child is, for its parent (`phase`, `progress` files), and `Laps`,
+an account of where the time went."""
 
 from __future__ import annotations
 
@@ -8,8 +7,7 @@ from pathlib import Path
 
 from kb_eval import clocks
 
-# The progress steps the lane treats apart from the others (overlap.Budgets): a wait for
-# the device's lock is charged to no budget, and a compile holds no place on the device.
+# steps charged to no budget (wait) or holding no place on the device (compile)
 WAIT, COMPILE = "wait", "compile"
 _last = [""]  # the last step marked (one run child per process)
 
@@ -19,10 +17,7 @@ def set_phase(workdir: Path, phase: str) -> None:
 
 
 def mark(workdir: Path, step: str) -> None:
-    """Where the child is, for the lane's time budgets (schedule/overlap.py): `wait` (for
-    the device's lock: not charged), `setup`, `load` (the candidate's import, init and
-    first call), `compile` (a build of the candidate's: charged to the step it
-    interrupts, holding no place), `call i`, `timing`, `probe`."""
+    """Where the child is, for the lane's time budgets (schedule/overlap.py)."""
     (workdir / "progress").write_text(step)
     _last[0] = step
 
@@ -32,8 +27,7 @@ def last_step() -> str:
 
 
 class Laps:
-    """Seconds per named step, charged lap by lap: where a sample's time goes (the parent's
-    account on the record, and a child's own account of its steps)."""
+    """Seconds per named step, charged lap by lap."""
 
     def __init__(self):
         self.seconds: dict[str, float] = {}

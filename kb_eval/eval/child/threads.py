@@ -1,20 +1,9 @@
-"""Work a candidate's own threads do outside its timed calls (runs in the candidate's child).
+"""Work a candidate's own threads do outside its timed calls (in the candidate's child).
 
-A candidate can return from forward early and let a thread it started finish the work
-between calls, where the timer does not count it. Two answers, by per-thread CPU clocks
-(native threads included):
-
-- `drain`, inside the timed region: while the candidate's threads keep using CPU, the
-  call is not over (only when such threads existed at the previous call's end).
-- `Ledger`, between calls: the process's CPU time outside the timed calls, less the main
-  thread's and the threads that existed before candidate code loaded, was spent by the
-  candidate's threads; the parent flags `work_outside_call` above a tenth of the timed
-  calls' total plus 1 ms.
-
-On a GPU the device must also be idle when the next call begins: work still running was
-launched outside the calls. It is judged by the CPU this thread spends spinning in a
-device-wide synchronize (`busy`), not its wall time, which a loaded host inflates; a
-context that does not spin is judged by the wall time.
+By per-thread CPU clocks: `Ledger.drain` holds a timed call open while the candidate's
+threads still use CPU; `Ledger` charges CPU spent between calls (less ours) to them
+(the parent flags `work_outside_call`). On a GPU the device must be idle when a call
+begins, judged by the CPU spent spinning in a synchronize (`busy`), not wall time.
 """
 
 from __future__ import annotations
@@ -32,7 +21,7 @@ QUIET_NS = 20_000  # a thread that used less CPU than this over a poll is idle
 POLL_S = 50e-6
 DRAIN_MAX_S = 2.0
 BUSY_WAIT_MS = 0.5  # a device sync at a call's start that blocks longer: work was pending
-# The driver, bound before candidate code loads (None without one: a CPU machine).
+# the driver, bound before candidate code loads
 try:
     _CUDA: ctypes.CDLL | None = ctypes.CDLL("libcuda.so.1")
 except OSError:
@@ -41,8 +30,7 @@ SCHED_MASK, SPINNING_MODES = 0x07, (0x00, 0x01)  # CU_CTX_SCHED_AUTO, CU_CTX_SCH
 
 
 def waits_spinning() -> bool:
-    """Whether this thread's CUDA context waits for the device by spinning on the CPU
-    (its scheduling flags: CUDA's default, AUTO, spins with fewer contexts than cores)."""
+    """Whether this thread's CUDA context waits for the device by spinning on the CPU."""
     flags = ctypes.c_uint()
     if _CUDA is None or _CUDA.cuCtxGetFlags(ctypes.byref(flags)) != 0:
         return False
@@ -50,10 +38,8 @@ def waits_spinning() -> bool:
 
 
 def busy(wait: DeviceWait, spinning: bool) -> bool:
-    """Whether a device-wide synchronize at a call's start found work pending. A spinning
-    context: the thread spun longer than BUSY_WAIT_MS (time it spent off the CPU, asleep
-    or preempted, is the host's, not the device's). Otherwise the wall time, unless the
-    thread was preempted (then no evidence either way)."""
+    """Whether a synchronize at a call's start found work pending: CPU spun beyond
+    BUSY_WAIT_MS, or (not spinning, not preempted) the wall time."""
     if spinning:
         return wait.cpu_ms > BUSY_WAIT_MS
     return not wait.preempted and wait.wall_ms > BUSY_WAIT_MS
@@ -67,8 +53,7 @@ def _tids() -> set[int]:
 
 
 def thread_cpu_ns(tid: int) -> int:
-    """CPU time of one thread of this process (0 when it is gone or the clock is
-    unavailable). Linux encodes a thread's CPU clock id as (~tid << 3) | 6."""
+    """CPU time of one thread (0 when gone); Linux's thread CPU clock id is (~tid << 3) | 6."""
     try:
         return clocks.clock_gettime_ns((~tid << 3) | 6)
     except OSError:
@@ -76,8 +61,7 @@ def thread_cpu_ns(tid: int) -> int:
 
 
 def warm_pool() -> None:
-    """Start PyTorch's intra-op threads and the BLAS library's now, so that they count as
-    ours, not as the candidate's."""
+    """Start PyTorch's and BLAS's threads now, so they count as ours."""
     torch.zeros(1 << 20).add_(1.0)
     a = torch.ones(256, 256)
     torch.mm(a, a)
@@ -104,8 +88,7 @@ class Ledger:
                 clocks.thread_time_ns(), self._others())
 
     def device_idle(self) -> None:
-        """Before a timed call's inputs are drawn (nothing of ours is queued then): see that
-        nothing the candidate launched is still running on the device."""
+        """Before a timed call's inputs are drawn: nothing the candidate launched still runs."""
         if self.device.type == "cuda":
             wait = device_wait(self.device)
             if busy(wait, waits_spinning()):
@@ -114,8 +97,7 @@ class Ledger:
                 self.host_waits += 1  # long, but not the device's: counted, not charged
 
     def call_starts(self) -> None:
-        """Right before a timed call (its inputs drawn): charge what happened since the
-        last call's end to the candidate's threads."""
+        """Right before a timed call: charge CPU since the last call's end to its threads."""
         now = self._reading()
         if self._mark is not None:
             proc, main, ours = (a - b for a, b in zip(now, self._mark))
@@ -137,8 +119,7 @@ class Ledger:
                 theirs = _tids() - self.ours
                 before = sum(map(thread_cpu_ns, theirs))
                 clocks.sleep(POLL_S)
-                # Quiet: little CPU over the poll and none waiting for a core (on a loaded
-                # host a busy thread may get no CPU in one poll)
+                # quiet: little CPU and none waiting for a core
                 if (sum(map(thread_cpu_ns, theirs)) - before < QUIET_NS
                         and not any(map(_runnable, theirs))):
                     return
@@ -154,8 +135,7 @@ class Ledger:
                 "threads": self.newcomers()}
 
     def newcomers(self, most: int = 5) -> list[str]:
-        """The candidate's threads still alive, as "name: CPU ms" (their whole lives), the
-        busiest first: which of them a `work_outside_call` flag is about."""
+        """The candidate's live threads as "name: CPU ms", the busiest first."""
         seen = sorted(((thread_cpu_ns(t), _comm(t)) for t in _tids() - self.ours),
                       reverse=True)
         return [f"{name}: {ns / 1e6:.1f} ms" for ns, name in seen[:most]]

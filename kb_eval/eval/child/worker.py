@@ -1,26 +1,11 @@
-"""The candidate's child: one candidate run (runs isolated; the reference side is
-kb_eval/eval/judge/reference_worker.py).
+"""The candidate's child: one candidate run, isolated (candidate code runs here only).
 
-`run_candidate` (candidate code runs here and nowhere else, besides its build child):
-  problem loaded, reference weights built, every correctness input drawn, tripwires set
-  (`integrity.Snapshot`)  ->  candidate source exec'ed (its kernels load from the build
-  cache)  ->  ModelNew built with the reference's weights  ->  one call per correctness
-  trial: inputs checked against a fresh regeneration first, output checked by the guards
-  (exact tensors, no aliasing, inputs untouched, unchanged after a wait), saved as plain
-  tensors  ->  timed, each call (warmup too) on inputs drawn from an OS-random seed at
-  that call; every timed call's output is checked for aliasing, a random few (picked
-  after they return) are checked in full and saved with their seeds for re-checking
-  (rechecks.py)  ->
-  one call on a smaller batch (shape probe). Tripwires are checked after every step
-  and call (after a timed call, the timer's part; all of them after each round:
-  calls.py); Python threads the candidate left are listed.
-
-The outputs are saved as `<label>.out` (kb_eval/eval/wire/outputs.py: raw tensors, no pickle),
-or copied into the reference server's buffers on the GPU with only a header in that file
-(wire/device.py), and judged on the reference side once this child has ended. Seeds come in derived
-(never the run's secret). A `phase` file tells the parent where a child that died was;
-before the shape probe (the one step that may legitimately crash a kernel written for
-fixed sizes) the result so far is written to `before_probe.json`.
+`run_candidate`: problem loaded, correctness inputs fingerprinted and tripwires set before
+candidate code  ->  source exec'ed, ModelNew built with the reference's weights  ->  one
+call per correctness trial (inputs re-checked, output guarded and saved)  ->  timed calls
+on OS-random seeds, a random few re-checked (rechecks.py)  ->  shape probe. Outputs go to
+`<label>.out` (wire/outputs.py) or the server's buffers (wire/device.py) and are judged on
+the reference side. A `phase` file tells the parent where a dead child was.
 """
 
 from __future__ import annotations
@@ -31,8 +16,7 @@ import traceback
 from pathlib import Path
 
 import torch
-# Imported while the process waits as a spare, so a candidate's load_inline costs only
-# the load itself when the candidate arrives.
+# imported while a spare waits, so a candidate's load_inline costs only the load
 import torch.utils.cpp_extension  # noqa: F401
 
 from kb_eval import clocks
@@ -69,8 +53,7 @@ _SLOTS: list[device_wire.Slots] = []  # the server's buffers for this sample, if
 
 
 def save_outputs(workdir: Path, label: str, tensors: list[torch.Tensor]) -> list | None:
-    """Into the server's next buffer on the device when there is one they fit (the bytes
-    copied there returned, one flat view per output), else to a file (None)."""
+    """Into the server's next buffer when they fit (its views returned), else a file (None)."""
     if _SLOTS and _SLOTS[0].put(workdir / f"{label}.out", tensors):
         return _SLOTS[0].last_bytes
     outputs.write(workdir / f"{label}.out", tensors, _STAGING)
@@ -94,9 +77,7 @@ def failure(status: str, phase: str, exc: BaseException) -> dict:
 
 # ------------------------------------------------------------------ candidate
 def warm_up() -> None:
-    """Run by a child while it waits for its task as a spare (isolation/child.py), before
-    any candidate code: what every task would otherwise pay with the device held. Host
-    work only (a spare holds no lock: nothing it does may touch the device)."""
+    """Run by a spare child before any task: host work only (a spare holds no device lock)."""
     host_weights()
 
 
@@ -105,8 +86,7 @@ def run_candidate(payload: dict, workdir: Path) -> dict:
     device, precision = torch.device(task.device), task.precision
     steps = Laps()
     set_phase(workdir, "setup")
-    # Device work outside timing holds the device's lock shared, the timing step holds it
-    # alone (kb_eval/devlock.py): neighbours' children never run during a timed call.
+    # untimed device work holds the lock shared, timing alone (kb_eval/devlock.py)
     lock = DeviceLock(task.device_lock)
     mark(workdir, "wait")  # queued behind a timing step: not charged to this child
     lock.acquire("shared")
@@ -115,20 +95,17 @@ def run_candidate(payload: dict, workdir: Path) -> dict:
         return unopened
     module, init = load_problem(task.problem_code, precision, device)
     ref_state = reference_model(module, copy_tree(init), precision, device).state_dict()
-    # Drawn before candidate code exists in this process, so it cannot steer them, and
-    # kept as fingerprints only: each trial's inputs are drawn again right before its
-    # call and must match. Keeping the inputs themselves would hold n_trials copies on the
-    # device (80 GiB for a 16 GiB KernelBench input) while the candidate runs.
+    # Drawn before candidate code exists, kept as fingerprints only (not n_trials copies
+    # on the device): each trial's inputs are drawn again before its call and must match.
     trial_prints = [_prints_of(module, task.seed, i, precision, device)
                     for i in range(task.correct_trials)]
-    # The candidate's own compiles let go of the lock and its place (compiles.py).
     compiling = CompileTurn(lock, workdir)
     around_compiles(compiling)
     watch = Watch(device)  # last thing before candidate code: everything of ours is loaded
     set_phase(workdir, "load")
     mark(workdir, "load")
     steps.lap("setup")
-    # Between two of the candidate's untimed steps, a timing step that waits goes first.
+    # between two untimed steps, a waiting timing step goes first
     between = lambda: yield_turn(lock, workdir)  # noqa: E731
     model = _load_and_init(task, init, ref_state, device, watch, steps, between)
     if isinstance(model, dict):
@@ -136,7 +113,7 @@ def run_candidate(payload: dict, workdir: Path) -> dict:
     del ref_state
     set_phase(workdir, "correctness")
     seen: dict[str, dict] = {}
-    call_s: list[float] = []  # each correctness call's seconds
+    call_s: list[float] = []
     failed = _correctness(model, module, task, trial_prints, workdir, seen, watch, call_s,
                           between)
     if failed is not None:
@@ -144,7 +121,7 @@ def run_candidate(payload: dict, workdir: Path) -> dict:
     result = {"status": "ok", "load_s": steps.seconds["load"], "seen": seen,
               "saved": list(seen), "steps": steps.seconds}
     steps.lap("correctness")
-    if compiling.seconds:  # of load and correctness: its own compiles, the lock let go
+    if compiling.seconds:
         steps.seconds["compile"] = round(compiling.seconds, 3)
     if task.gate and not may_time(Path(task.gate), list(seen), lock, workdir):
         lock.acquire("shared")  # the tripwires' last look (below) reads the device
@@ -160,8 +137,8 @@ def run_candidate(payload: dict, workdir: Path) -> dict:
 
 
 def _prepare(task: CandidateTask, device: torch.device) -> dict | None:
-    """Ours, before candidate code: the pairing's pid, the build's folders, the output
-    buffers opened (and filled); the record of buffers that would not open, or None."""
+    """Before candidate code: the pairing's pid, build folders, output buffers opened; the
+    failure's record when the buffers would not open, else None."""
     inject_fault("setup_oom", torch.OutOfMemoryError)
     if task.paired:  # who the parent stops while it times the reference
         (Path(task.paired.dir) / "pid").write_text(str(sandbox.leader_pid()))
@@ -176,9 +153,7 @@ def _prepare(task: CandidateTask, device: torch.device) -> dict | None:
 
 def _load_and_init(task: CandidateTask, init, ref_state, device: torch.device, watch: Watch,
                    steps: Laps, between):
-    """The candidate's module loaded and (after `between()`) its ModelNew built with the
-    reference's weights; or the failure's record (a dict): compile_error at load,
-    runtime_error at init."""
+    """The candidate's ModelNew built with the reference's weights, or the failure's record."""
     try:
         candidate = load_module(task.source, "kb_candidate")
         model_cls = candidate.ModelNew
@@ -197,16 +172,14 @@ def _load_and_init(task: CandidateTask, init, ref_state, device: torch.device, w
 
 
 def _own_ms(call_s: list[float]) -> float | None:
-    """The candidate's pace: its correctness calls' median after the first (which holds
-    lazy compiles and autotuning), in ms; None with fewer than two calls."""
+    """The candidate's pace: median correctness call after the first (lazy compiles), ms."""
     return statistics.median(call_s[1:]) * 1e3 if len(call_s) > 1 else None
 
 
 def _timing_step(model, module, task: CandidateTask, workdir: Path, device: torch.device,
                  seen: dict, watch: Watch, lock: DeviceLock, steps: Laps,
                  result: dict, own_ms: float | None) -> dict | None:
-    """The timed calls, with the device's lock held alone; the failure's record, or None
-    (the timing added to `result`). `own_ms`: the candidate's pace (timing.plan_timing)."""
+    """The timed calls, the device held alone, into `result`; the failure's record or None."""
     set_phase(workdir, "timing")
     mark(workdir, "wait")
     dtype = precision_dtype(task.precision)
@@ -223,26 +196,19 @@ def _timing_step(model, module, task: CandidateTask, workdir: Path, device: torc
     except Exception as e:  # noqa: BLE001
         return {**failure("runtime_error", "timing", e), "seen": seen}
     steps.lap("timing")
-    # Of that, the kept timed calls themselves (the rest: inputs drawn, flushes, untimed
-    # calls, re-checks, handshakes and the reference's rounds, phases.pair_reference).
     timing = result["timing"]
     steps.seconds["timing_calls"] = round(timing["mean"] * timing["n"] / 1e3, 4)
-    # The host's account of the step (timing.SPENT): "timed" is the wall time of the
-    # timed calls with their flushes, "handshake" holds the reference's rounds.
     steps.seconds.update({f"timing_{k}": round(v, 4) for k, v in SPENT.items()})
-    # Of that, the time timed calls waited for the candidate's threads (threads.py): on a
-    # copy of the reference, anything but 0 is our own threads mistaken for its.
+    # time timed calls waited for the candidate's threads (threads.py)
     steps.seconds["drain"] = round(watch.ledger.drain_ns / 1e9, 4)
-    # The device goes to the next timing step before the ledger's last look: its wait for
-    # a thread that works late (20 ms) and its synchronize launch nothing, so they need
-    # no device alone; a late thread's work only has longer to show.
+    # the ledger's last look launches nothing: the next timing step may start meanwhile
     lock.release()
     result["threads_work"] = watch.ledger.report()
     mark(workdir, "wait")
-    lock.acquire("shared")  # back to untimed work
+    lock.acquire("shared")
     mark(workdir, "probe")
     try:
-        rechecks.finish()  # the re-checks' waits, saves and draws (rechecks.py)
+        rechecks.finish()
     except Exception as e:  # noqa: BLE001
         return {**failure("runtime_error", "timing", e), "seen": seen}
     result["saved"] = list(seen)
@@ -252,8 +218,7 @@ def _timing_step(model, module, task: CandidateTask, workdir: Path, device: torc
 
 def _probe_step(model, module, task: CandidateTask, workdir: Path, device: torch.device,
                 watch: Watch, steps: Laps, result: dict) -> None:
-    """The calls after timing: counting launches, the shape probe; the tripwires' report
-    and (CUDA) the peak memory added to `result`."""
+    """After timing: launches counted, the shape probe, the tripwires' report into `result`."""
     mark(workdir, "probe")
     if task.count_launches:
         result["launches"] = _launches(model, module, task, device)
@@ -269,9 +234,8 @@ def _probe_step(model, module, task: CandidateTask, workdir: Path, device: torch
 
 def _correctness(model, module, task: CandidateTask, trial_prints: list, workdir: Path,
                  seen: dict, watch: Watch, call_s: list[float], between) -> dict | None:
-    """One call per correctness trial, each on that trial's inputs drawn again at the
-    first trial's addresses (each call's seconds appended to `call_s`), `between()`
-    before each; None when all ran, else the failure to report."""
+    """One call per correctness trial on its inputs drawn again (seconds into `call_s`);
+    None when all ran, else the failure's record."""
     device, precision = torch.device(task.device), task.precision
     buffers = None
     for i, prints in enumerate(trial_prints):
@@ -282,10 +246,7 @@ def _correctness(model, module, task: CandidateTask, trial_prints: list, workdir
             inject_fault("draw_oom", torch.OutOfMemoryError)
             fresh = inputs_for(module, task.seed, ("correct", i), precision, device)
         except torch.OutOfMemoryError as e:
-            # Our draw, not the candidate's call: the device may be short because of the
-            # server or a neighbour (docs/PERFORMANCE.md), so `oom`, which the parent tries
-            # once more with the harness's memory given back; out of memory again is the
-            # candidate's.
+            # our draw, not the candidate's call: `oom`, which the parent retries once
             return failure("oom", "correctness", e)
         inputs = buffers = into_buffers(buffers, fresh)
         try:
@@ -319,10 +280,8 @@ def _correctness_call(model, i: int, inputs: list, prints: list, workdir: Path,
     tensors, seen[label] = observe(out, inputs, None)
     seen[label]["mutated"] = changed_since(inputs, prints)
     seen[label]["bytes"] = tensor_bytes(tensors)
-    # The wait for late writes scales with the call's time, except the first call's: that
-    # holds the candidate's lazy compiles and autotuning, and waited the 0.5 s maximum on
-    # most model-written kernels (docs/PERFORMANCE.md). A write that a thread makes
-    # late after every call is still seen by the later trials' waits.
+    # the wait for late writes scales with the call's time, except the first's (lazy
+    # compiles; docs/PERFORMANCE.md)
     calm = settled(tensors, device, call_s if i else 0.0,
                    lambda ts: save_outputs(workdir, label, ts), saved_on_device)
     seen[label]["unsettled"] = not calm
@@ -369,19 +328,15 @@ def _time_candidate(model, module, task: CandidateTask, device: torch.device, wa
 
 
 def _launches(model, module, task: CandidateTask, device: torch.device) -> dict:
-    """Kernels (CUDA) or outermost aten calls (CPU) of one profiled call on the first
-    trial's inputs, as the reference server counts its own (kb_eval/profile/launches.py).
-    After correctness and timing, so it costs them nothing; counted in this process, so
-    the candidate could fake it: diagnostics, never scored."""
+    """Kernels (CUDA) or aten calls (CPU) of one profiled call: diagnostics, never scored."""
     inputs = inputs_for(module, task.seed, ("correct", 0), task.precision, device)
     return count_or_error(lambda: model(*inputs), device)
 
 
 def _shape_probe(model, module, task: CandidateTask, workdir: Path,
                  device: torch.device, result: dict) -> None:
-    """One call on a smaller batch (probes.probe_batch). A kernel written for the
-    problem's sizes only may crash here: the result so far is on disk first, so that
-    costs only the probe."""
+    """One call on a smaller batch; the result so far is on disk first, as a kernel written
+    for the problem's sizes only may crash here."""
     probe = probe_inputs(inputs_for(module, task.seed, ("shape", 0), task.precision, device))
     if probe is None:
         return

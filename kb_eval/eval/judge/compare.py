@@ -1,13 +1,6 @@
-"""A sample's comparison in the reference server (kb_eval/eval/judge/reference_worker.py).
-
-`Model` runs on the labels asked (correctness trials, the shape probe, timed calls by the
-candidate's seeds) and each output is compared on the device with the candidate's file or
-buffer for that label; reference outputs never touch the disk.
-
-With `compare.truth`, a label's reference also runs in float64 on the same rounded inputs
-(the model widened in place for that call and narrowed back), one label at a time and only
-when the candidate's output is not truth.within_rounding. The truth is kept only for a
-fixed label and when there is room.
+"""A sample's comparison in the reference server: `Model` runs on the labels asked and each
+output is compared on the device with the candidate's file or buffer. With `compare.truth`
+a label's float64 truth is computed only when the output is not truth.within_rounding.
 """
 
 from __future__ import annotations
@@ -38,8 +31,7 @@ _STAGING = outputs.Staging()  # candidates' files are read into it, then copied 
 def compare_labels(payload: CompareRequest, device: torch.device,
                    slots: list[torch.Tensor] | None) -> dict:
     """{"seen", "diffs", "tolerance"} of the reference on payload.labels against the
-    candidate's outputs (files, or `slots`: its exported buffers); with the problem's
-    floor metrics and a live baseline's timing when the payload asks for them."""
+    candidate's outputs (files, or `slots`), plus floor metrics and timing when asked."""
     inject_fault("reference_kill")
     p = loaded_problem(payload, device)
     compare = payload.compare
@@ -58,11 +50,10 @@ def compare_labels(payload: CompareRequest, device: torch.device,
         except Exception as e:  # noqa: BLE001
             if kind == "correct":  # the problem's own trials: a broken reference
                 raise
-            # The probe's shape, or a seed a candidate reported: never fatal for the
-            # problem (the parent counts a missing comparison against that candidate).
+            # a probe or a candidate's seed: counted against that candidate only
             seen[name] = {"skipped": f"{type(e).__name__}: {e}".splitlines()[0][:200]}
             continue
-        with spent("judge"):  # a lazy truth computed in it counts as "truth" too
+        with spent("judge"):
             diffs[name] = judge_file(Path(compare.folder) / f"{name}.out", refs,
                                      tol["atol"], tol["rtol"],
                                      _STAGING if device.type == "cuda" else None,
@@ -70,7 +61,7 @@ def compare_labels(payload: CompareRequest, device: torch.device,
                                      else None, slots)
         if isinstance(truth, str):
             diffs[name]["f64_skipped"] = truth
-        truth = None  # a timed call's truth is not kept: freed before the next label
+        truth = None  # freed before the next label
     result: dict = {"seen": seen, "diffs": diffs, "tolerance": tol}
     _once_per_problem(p, payload, device, result)
     del refs, truth
@@ -102,9 +93,8 @@ def _inputs(module: ModuleType, seed: int, kind: str, i: int, label_seed, precis
 
 def _reference_outputs(p: Problem, payload: CompareRequest, name: str, kind: str, i: int, label_seed,
                        device: torch.device):
-    """(outputs, what was seen, float64 truth or why there is none) of the reference on
-    one label; kept when the label is the same for every sample (correctness trials, shape
-    probe: no seed) and there is room."""
+    """(outputs, seen, float64 truth or why none) of the reference on one label; kept for
+    a label without a seed when there is room."""
     want_truth = payload.compare.truth
     if name in p.outputs and (not want_truth or name in p.truth or p.truth_error):
         return p.outputs[name], p.seen[name], p.truth.get(name, p.truth_error)
@@ -130,8 +120,7 @@ def _reference_outputs(p: Problem, payload: CompareRequest, name: str, kind: str
         return tensors, seen, p.truth_error if want_truth else None
 
     def truth_now():
-        # On the label's inputs drawn again (the same seed and label: the ones the
-        # candidate got), not on those the reference ran on: it may have changed them.
+        # inputs drawn again: the reference may have changed those it ran on
         truth = float64_truth(p, _inputs(p.module, seed, kind, i, label_seed, precision,
                                          device), precision, device)
         keep(truth)
@@ -160,8 +149,7 @@ def _run_reference(p: Problem, inputs: list, kind: str, device: torch.device):
 
 def float64_truth(p: Problem, inputs: list, precision: str,
                   device: torch.device) -> list[torch.Tensor] | str:
-    """The reference in float64 on these (already rounded) inputs, or why it cannot run
-    so (remembered for the problem: its samples fall back to the KernelBench rule)."""
+    """The reference in float64 on these rounded inputs, or why not (kept per problem)."""
     if p.truth_error:
         return p.truth_error
     try:

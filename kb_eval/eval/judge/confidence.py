@@ -1,14 +1,7 @@
-"""A 95 % confidence interval for a sample's speedup, and the scores that use it.
-
-A copy of the reference can measure well off 1.0, so `speedup > 1` alone is a coin flip
-near parity. Paired (schedule/pairing.py): both sides timed in alternating rounds;
-`paired_interval` bootstraps the median of per-round ratios, so drift common to a round
-cancels. Unpaired: a percentile bootstrap of the ratio of both sides' round medians
-(TimingStats.rounds); without rounds, a normal approximation on the log scale from the
-IQR. Resampling is seeded from the figures, so an interval is reproducible. Fewer than 3
-rounds on a side: no interval. Every interval is widened by `resolution` (3 %, up to 9 %
-for a launch-bound call). `fast_p_sig` counts a sample only when its interval's lower end
-is above p, so a copy of the reference never counts in fast_1_sig.
+"""A 95 % confidence interval for a sample's speedup: `speedup > 1` alone is a coin flip
+near parity. Paired rounds bootstrap the median per-round ratio; unpaired, the ratio of
+round medians, or a log-normal from the IQR. Seeded from the figures (reproducible), then
+widened by `resolution`.
 """
 
 from __future__ import annotations
@@ -24,12 +17,10 @@ LEVEL = 0.95
 RESAMPLES = 4000
 MIN_ROUNDS = 3
 Z = 1.959964  # two-sided 95 % of a normal
-# Every interval is widened by this much on each side (x / (1 + r), x * (1 + r)): what
-# timing the same code twice may differ by for reasons no resampling sees (memory layout,
-# warm caches). Without it, a few of a hundred reference copies land above 1.0 by chance.
+# Widening on each side: what timing the same code twice may differ by unseen by resampling
+# (layout, caches); without it a few of 100 reference copies land above 1.0.
 RESOLUTION = 0.03
-# More for a call paced by the host's launches, scaled by the launch share: two processes
-# launch the same model at different speeds, which no pairing sees.
+# more for a launch-bound call: two processes launch at different speeds, unseen by pairing
 HOST_RESOLUTION = 0.06
 
 
@@ -38,8 +29,7 @@ def widened(lo: float, hi: float, resolution: float = RESOLUTION) -> list[float]
 
 
 def resolution(*timings: TimingStats | None) -> float:
-    """RESOLUTION, plus HOST_RESOLUTION times the larger share of a call's time that its
-    host spent launching it (launch_ms / median, at most 1) on either side."""
+    """RESOLUTION plus HOST_RESOLUTION times the larger launch share of either side."""
     shares = [t.launch_share for t in timings if t is not None and t.launch_share is not None]
     return RESOLUTION + HOST_RESOLUTION * max(shares, default=0.0)
 
@@ -66,8 +56,7 @@ def _percentile_interval(ratios: np.ndarray, level: float) -> tuple[float, float
 
 def paired_interval(base_rounds: list[float], cand_rounds: list[float],
                     level: float = LEVEL, resamples: int = RESAMPLES) -> tuple[float, float]:
-    """Percentile interval over rounds timed in pairs (schedule/pairing.py): the median
-    of the per-round ratios base_i / cand_i, rounds resampled with replacement."""
+    """Percentile interval of the median per-round ratio base_i / cand_i, rounds resampled."""
     rng = np.random.default_rng(_seed(base_rounds, cand_rounds))
     r = np.asarray(base_rounds, float) / np.asarray(cand_rounds, float)
     return _percentile_interval(

@@ -1,15 +1,9 @@
 """Correctness, judged on the reference server, where no candidate code ever ran.
 
-The candidate child wrote `<label>.out` (wire/outputs.py: raw tensors, no pickle) per
-checked call; the server reads it (bounded by a few times the reference's outputs) and
-compares on the device. Two verdicts per label:
-- KernelBench's (`ok`): the reference's shape and dtype, NaN and ±Inf where the
-  reference's are, and |out - ref| <= atol + rtol * |ref| for the finite values;
-- float64 truth's (`f64`): the error against the truth within K times the reference's
-  own (judge/truth.py).
-Differences are computed in float64 chunks (fused kernels on a GPU: judge/fused.py). The
-parent adds the per-label summaries up (`info_from_diffs`); the rule asked for decides,
-the other is recorded beside it.
+The server reads the candidate's `<label>.out` (wire/outputs.py) and gives two verdicts
+per label: KernelBench's (`ok`: shape, dtype, NaN/Inf where the reference's are,
+|out - ref| <= atol + rtol * |ref|) and float64 truth's (`f64`, judge/truth.py). The rule
+asked for decides (`info_from_diffs`); the other is recorded beside it.
 """
 
 from __future__ import annotations
@@ -42,10 +36,9 @@ RULES = ("f64", "kernelbench")
 
 def resolve_tolerance(precision: str, atol: float | None, rtol: float | None, rule: str,
                       own: object = None) -> dict:
-    """The tolerance a problem is judged with: the flags' atol/rtol when given, else the
-    problem file's `KB_TOLERANCE` (a dict with any of atol, rtol and rule), else the
-    precision's defaults; the rule is the problem's when it names one, else the run's.
-    A malformed KB_TOLERANCE is the problem's error (ValueError)."""
+    """The tolerance a problem is judged with: the flags' atol/rtol, else the problem's
+    `KB_TOLERANCE` (any of atol, rtol, rule), else the precision's defaults. A malformed
+    KB_TOLERANCE raises ValueError."""
     own = {} if own is None else own
     if not isinstance(own, dict) or set(own) - {"atol", "rtol", "rule"}:
         raise ValueError(f"KB_TOLERANCE must be a dict with keys atol, rtol, rule; got {own!r}")
@@ -69,11 +62,9 @@ def judge_file(path: Path, refs: list[torch.Tensor], atol: float, rtol: float,
                staging: outputs.Staging | None = None,
                truths: list[torch.Tensor] | Callable[[], list | str] | None = None,
                slots: list[torch.Tensor] | None = None) -> dict:
-    """Compare the candidate's file for one call (read through `staging` or the sample's
-    `slots`) with the reference's outputs, and with their float64 truth when given (`f64`
-    in the result). `truths` may be a function that computes them (a list, or why they
-    cannot be), called only when the outputs are not truth.within_rounding of the
-    reference's: `f64` then says `identical` or `within_rounding`, with no ratios."""
+    """Compare the candidate's file for one call with the reference's outputs, and with
+    their float64 truth when given (`f64`). A callable `truths` (a list, or why none) is
+    called only when the outputs are not truth.within_rounding of the reference's."""
     ref_bytes = sum(t.numel() * t.element_size() for t in refs)
     try:
         outs = outputs.read(path, 4 * ref_bytes + (1 << 20), staging, slots)
@@ -84,7 +75,7 @@ def judge_file(path: Path, refs: list[torch.Tensor], atol: float, rtol: float,
     if truths is None:
         return d
     if callable(truths):
-        if d["within_rounding"]:  # NaN and Inf where the reference's, the rest close
+        if d["within_rounding"]:
             how = "identical" if d["max_abs"] == 0.0 else "within_rounding"
             d["f64"] = {"ok": True, "error": None, "ratio": None, "norm_ratio": None,
                         how: True}
@@ -121,8 +112,7 @@ class Diff:
     sum_abs: float = 0.0
     count: int = 0
     max_rel: float = 0.0
-    # Close enough to the reference's outputs to pass the float64 rule whatever the truth
-    # (truth.within_rounding): a lazy truth is then never computed.
+    # passes the float64 rule whatever the truth: a lazy truth is never computed
     within_rounding: bool = False
 
     def as_dict(self) -> dict:
@@ -153,8 +143,7 @@ def compare_tensor(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: floa
 
 
 class KbStats(NamedTuple):
-    """One pass over flat `o` against `r`, over the positions finite in both: KernelBench's
-    rule, then what truth.within_rounding needs."""
+    """One pass of flat `o` against `r`: KernelBench's rule, then truth.within_rounding's."""
     max_abs: float
     sum_abs: float
     count: int  # positions finite in both
@@ -169,8 +158,7 @@ class KbStats(NamedTuple):
 
 def kb_stats(o: torch.Tensor, r: torch.Tensor, atol: float, rtol: float,
              ku: float = 0.0) -> KbStats:
-    """KbStats of flat `o` against `r`: by the fused kernels (fused.py) where `r` is on a
-    GPU, else by the torch code."""
+    """KbStats of flat `o` against `r` (fused kernels on a GPU)."""
     fused = fused_for(r, o)
     if fused:
         return KbStats(*fused.kb_stats(o, r, atol, rtol, CHUNK, ku))
@@ -179,8 +167,7 @@ def kb_stats(o: torch.Tensor, r: torch.Tensor, atol: float, rtol: float,
 
 def kb_stats_torch(o: torch.Tensor, r: torch.Tensor, atol: float, rtol: float,
                    ku: float = 0.0) -> KbStats:
-    """kb_stats in torch, chunk by chunk in float64 (any device, any dtype)."""
-    # Every position kept, the uncounted ones zeroed, sums read once (truth.py says why).
+    """kb_stats in torch, chunk by chunk in float64."""
     zero = torch.zeros((), dtype=torch.float64, device=r.device)
     max_abs, sum_abs, max_rel, excess, d2, r2 = zero, zero, zero, zero, zero, zero
     bad, count, nan_bad, inf_bad = zero.long(), zero.long(), 0, 0
@@ -209,8 +196,7 @@ def compare_outputs(outs: list[torch.Tensor], refs: list[torch.Tensor], atol: fl
     total, failed = Diff(True, within_rounding=True), None
     for i, (o, r) in enumerate(zip(outs, refs)):
         d = compare_tensor(o, r, atol, rtol)
-        # Kept when KernelBench's rule fails too: an output within the reference's rounding
-        # passes the float64 rule without its truth.
+        # kept when KernelBench's rule fails too: the float64 rule may still pass
         total.within_rounding &= d.within_rounding
         if not d.ok:
             if failed is None:
@@ -226,7 +212,7 @@ def compare_outputs(outs: list[torch.Tensor], refs: list[torch.Tensor], atol: fl
 
 
 def _count_kind(info: CorrectnessInfo, label: str) -> None:
-    """Say what `trials` is made of (wire/labels.py: correct_<i>, shape_0, timing_<i>_..)."""
+    """Count `label` by kind (wire/labels.py)."""
     kind = str(label).partition("_")[0]
     if kind == "timing":
         info.rechecked_timed += 1
@@ -238,10 +224,9 @@ def _count_kind(info: CorrectnessInfo, label: str) -> None:
 
 def info_from_diffs(labels: list[str], diffs: dict[str, dict], atol: float, rtol: float,
                     rule: str = "kernelbench", fallback: str | None = None) -> CorrectnessInfo:
-    """Add up the reference server's per-label comparisons (a label it has none for fails)
-    under both rules; `rule` (f64 | kernelbench) decides when it can: f64 needs a float64
-    verdict for every label compared, else the KernelBench rule decides and `fallback`
-    (or the server's reason) says why. The first few failures are kept as messages."""
+    """Add up the server's per-label comparisons (a missing one fails) under both rules.
+    `rule` decides when it can: f64 needs a float64 verdict for every label, else
+    KernelBench's decides and `fallback` says why."""
     info = CorrectnessInfo(atol=atol, rtol=rtol)
     max_abs = max_rel = sum_abs = 0.0
     count = kb_passed = f64_passed = 0

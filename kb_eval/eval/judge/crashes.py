@@ -1,6 +1,4 @@
-"""What ended a child that returned no result, named for a record: segfault, abort,
-cuda error, timeout, oom, output flood, exit (used for builds, candidates and the
-reference server alike)."""
+"""What ended a child that returned no result, named for a record."""
 
 from __future__ import annotations
 

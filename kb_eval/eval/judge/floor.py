@@ -1,6 +1,5 @@
-"""What the physical floor needs, measured in the reference server where no candidate
-code runs: the problem's figures (once per problem, with its first comparison) and the
-device's own (once per device and run)."""
+"""What the physical floor needs, measured in the reference server: the problem's figures
+(once per problem) and the device's own (once per device and run)."""
 
 from __future__ import annotations
 
@@ -19,9 +18,7 @@ from kb_eval.work import count_work
 
 
 def floor_metrics(p: Problem, payload: CompareRequest, device: torch.device) -> dict:
-    """The bytes a call reads and writes, (GPU) the L2 size, and the problem's work
-    (kb_eval/work.py). Nothing here is timed; the device's own figures are
-    `device_floor`'s."""
+    """The bytes a call reads and writes, (GPU) the L2 size, and the problem's work. Untimed."""
     try:
         inputs = inputs_for(p.module, payload.seed, ("correct", 0), payload.precision, device)
         with torch.no_grad():
@@ -45,9 +42,8 @@ def floor_metrics(p: Problem, payload: CompareRequest, device: torch.device) -> 
 
 def device_floor(settings: TimingSettings, device: torch.device,
                  measure_peaks: bool = False) -> dict:
-    """The floor's figures of the device, the same for every problem: an empty call's
-    time through the run's timer and (GPU) a device copy's bandwidth. Timed: the parent
-    asks once per device and run, holding the device alone."""
+    """The device's floor figures: an empty call's time through the run's timer and (GPU) a
+    copy's bandwidth. Timed: asked once per device, holding the device alone."""
     try:
         figures = {"empty_call_ms": empty_call_ms(device, settings, []),
                    "copy_bytes_per_s": copy_bandwidth(device)}

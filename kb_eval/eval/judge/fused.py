@@ -1,18 +1,9 @@
-"""Fused Triton kernels for the judge's comparisons on a GPU (correctness.py, truth.py).
+"""Fused Triton kernels for the judge's comparisons on a GPU (correctness.py, truth.py):
+each input read once instead of ~20 torch kernels per chunk.
 
-The torch code runs ~20-25 elementwise kernels per chunk over float64 temporaries; these
-kernels read each input once and compute the same statistics in registers: one pass for
-KernelBench's rule and truth.within_rounding (`kb_stats`), two for the truth rule
-(`scales`, then `truth_check`).
-
-Same results: every expression is the torch code's in float64, with contraction off
-(`enable_fp_fusion=False`: an FMA would move an element across its bound), so counts and
-maxima are equal bit for bit and sums differ only by their order. Per-program partials
-are reduced by torch: deterministic, no atomics, one host sync per call.
-
-`KB_EVAL_FUSED_COMPARE=0` turns the fused path off. It is taken only on a CUDA device with
-fp16, bf16, fp32 or fp64 tensors and Triton present; errors inside it are raised, never a
-silent fallback. Callers import this module only once they hold a CUDA tensor.
+Every expression is the torch code's in float64 with contraction off (an FMA would move an
+element across its bound): counts and maxima equal bit for bit, sums differ only by order.
+`KB_EVAL_FUSED_COMPARE=0` turns it off; errors inside are raised, never a silent fallback.
 """
 
 from __future__ import annotations
@@ -47,9 +38,7 @@ def enabled(ref: torch.Tensor, *others: torch.Tensor) -> bool:
 
 def kb_stats(o: torch.Tensor, r: torch.Tensor, atol: float, rtol: float,
              chunk: int, ku: float = 0.0) -> tuple:
-    """KernelBench's rule over flat `o` and `r` (same dtype and length), and what
-    truth.within_rounding needs: correctness.KbStats's fields in its order, as
-    correctness.kb_stats_torch gives them."""
+    """correctness.kb_stats_torch's result (KbStats's fields in order) for flat `o`, `r`."""
     params = _params(r.device, atol, rtol, max(atol, 1e-12), ku)
     max_abs, max_rel, excess, sum_abs, count, bad, nan_bad, inf_bad, d2, r2 = _run(
         _kb_kernel, r.device, [o, r], params, n_max=3, n_sum=7, chunk=chunk)
@@ -58,16 +47,14 @@ def kb_stats(o: torch.Tensor, r: torch.Tensor, atol: float, rtol: float,
 
 
 def scales(r: torch.Tensor, t: torch.Tensor, chunk: int) -> tuple[float, float, int]:
-    """Sums of E^2 and truth^2 over positions finite in both, and the count of those that
-    carry a value (truth._scales_torch)."""
+    """truth._scales_torch's result."""
     e2, t2, n = _run(_scales_kernel, r.device, [r, t], None, n_max=0, n_sum=3, chunk=chunk)
     return e2, t2, int(n)
 
 
 def truth_check(o: torch.Tensor, r: torch.Tensor, t: torch.Tensor, s: float, m: float,
                 u: float, k: float, chunk: int) -> tuple[float, float, int, int, int]:
-    """The elementwise truth check given S and M: (worst, c2, bad, nan_bad, inf_bad), as
-    truth._check_torch gives them."""
+    """truth._check_torch's result: (worst, c2, bad, nan_bad, inf_bad)."""
     params = _params(r.device, s, m, u, k, torch.finfo(torch.float64).tiny)
     worst, c2, bad, nan_bad, inf_bad = _run(
         _truth_kernel, r.device, [o, r, t], params, n_max=1, n_sum=4, chunk=chunk)
@@ -75,8 +62,8 @@ def truth_check(o: torch.Tensor, r: torch.Tensor, t: torch.Tensor, s: float, m: 
 
 
 def _params(device: torch.device, *values: float) -> torch.Tensor:
-    """float64 scalars for a kernel, in a device tensor (Triton passes a Python float as
-    fp32). `fill_` makes no copy that waits for the device."""
+    """float64 scalars in a device tensor (Triton passes a Python float as fp32); `fill_`
+    makes no copy that waits for the device."""
     p = torch.empty(len(values), dtype=torch.float64, device=device)
     for i, v in enumerate(values):
         p[i].fill_(float(v))
@@ -85,10 +72,9 @@ def _params(device: torch.device, *values: float) -> torch.Tensor:
 
 def _run(kernel, device: torch.device, xs: list[torch.Tensor], params: torch.Tensor | None,
          n_max: int, n_sum: int, chunk: int) -> list[float]:
-    """Launch `kernel` over the flat tensors `xs` (equal lengths) on `device`, then reduce
-    its per-block partials: rows [0, n_max) by max (NaN wins, as torch.max), the other
-    n_sum rows by sum. One device-to-host read. A tensor on another device is copied over
-    `chunk` elements at a time, so memory stays bounded."""
+    """Launch `kernel` over the flat tensors `xs`, then reduce its per-program partials: the
+    first n_max rows by max (NaN wins), the n_sum others by sum; one host read. A tensor on
+    another device is copied `chunk` elements at a time."""
     n = xs[0].numel()
     if n == 0:
         return [0.0] * (n_max + n_sum)
@@ -119,9 +105,6 @@ def _launch(kernel, xs: list[torch.Tensor], extra: tuple, part: torch.Tensor, n:
 
 
 if triton is not None:
-    # Each program walks TILES steps of BLOCK elements, keeping per-lane maxima, sums and
-    # counts in registers, and reduces them across the block once at the end.
-
     @triton.jit
     def _finite(x):
         return tl.abs(x) < float("inf")  # false for NaN and for +-Inf

@@ -1,8 +1,5 @@
-"""Guards, judge side: the observations of each call (kb_eval/eval/child/observe.py, made
-where the call ran) turned into `Flag`s; severity `error` makes a sample incorrect. The
-other rules (tripwires, completeness, physical floor, constant references, shape probe)
-are in `rules`, the static checks in `static`.
-"""
+"""Guards, judge side: each call's observations (child/observe.py) turned into `Flag`s;
+severity `error` makes a sample incorrect."""
 
 from __future__ import annotations
 
@@ -20,8 +17,7 @@ def judge(candidate_seen: dict[str, dict], reference_seen: dict[str, dict]) -> l
 
 
 def _unlike_reference(seen: dict, ref: dict) -> Iterator[tuple[str, str]]:
-    """(code, message) for each thing one call of the candidate did that the reference's
-    call with the same label did not."""
+    """(code, message) for what a candidate call did that the reference's did not."""
     if seen.get("aliased") and not ref.get("aliased"):
         yield "output_aliases_input", f"output(s) {seen['aliased']} share memory with an input"
     if "devices" in ref and seen.get("devices", ref["devices"]) != ref["devices"]:

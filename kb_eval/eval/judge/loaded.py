@@ -1,9 +1,6 @@
-"""The problems the reference server keeps loaded (kb_eval/eval/judge/reference_worker.py).
-
-A problem's reference gives the same for every sample, so the server keeps per problem
-the module, the model, the outputs of the fixed labels (under a memory budget) and the
-baseline compiled live: a later sample computes only its timed calls' outputs.
-"""
+"""The problems the reference server keeps loaded: module, model, fixed labels' outputs
+(under a memory budget) and live compiled baselines, so a later sample computes only its
+timed calls' outputs."""
 
 from __future__ import annotations
 
@@ -34,14 +31,12 @@ class Problem:
     truth_error: str | None = None  # the reference cannot run in float64: why
     first: list | None = None  # fingerprints of correct_0's outputs: input-independent?
     peak_bytes: int | None = None  # the device memory a forward took, inputs included
-    # The baseline timed live, per mode other than eager: the compiled model, or why the
-    # compiler could not take this problem (--live-baseline --baseline-compile MODE).
+    # per baseline mode other than eager: the compiled model, or why the compiler failed
     compiled: dict[str, object] = field(default_factory=dict)
     _watch: Watch | None = None
 
     def watch(self, device: torch.device) -> Watch:
-        """Tripwires and a ledger of this process's own, for the bookkeeping around its
-        timed calls (calls.py); what they find here is never read."""
+        """This process's own Watch for its timed calls (calls.py); never read here."""
         if self._watch is None:
             self._watch = Watch(device)
         return self._watch
@@ -76,9 +71,8 @@ def loaded_problem(payload: ProblemRequest, device: torch.device) -> Problem:
 
 
 def baseline_model(p: Problem, payload: ProblemRequest, device: torch.device):
-    """What a live baseline times: the reference itself (eager), or the reference compiled
-    as `payload.baseline_mode` asks (torch.compile, TVM), built once per problem and
-    mode here, on the problem's own inputs; a string says why the compiler could not."""
+    """What a live baseline times: the reference (eager) or it compiled per
+    `payload.baseline_mode`, once per problem and mode; a string says why not."""
     mode = payload.baseline_mode or "eager"
     if mode == "eager":
         return p.model

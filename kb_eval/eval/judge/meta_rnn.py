@@ -1,11 +1,6 @@
-"""Recurrent layers on the meta device, for the memory plan (memplan_server.plan_problem)
-and the work count (kb_eval/work.py).
-
-`nn.RNN`, `nn.LSTM` and `nn.GRU` have no meta kernel: on the meta device they run
-decomposed in Python, step by step (10-20 s for level 3's deep GRUs and LSTMs). Their
-outputs' shapes and their matmuls' FLOPs follow from the module's sizes, so each such
-layer answers with empty tensors of those shapes and adds its FLOPs to a tally.
-"""
+"""Recurrent layers on the meta device, for the memory plan and the work count: nn.RNN/
+LSTM/GRU have no meta kernel (decomposed, 10-20 s for a deep GRU), so each answers with
+empty outputs of the right shapes and adds its matmuls' FLOPs to a tally."""
 
 from __future__ import annotations
 

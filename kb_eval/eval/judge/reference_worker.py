@@ -1,11 +1,5 @@
-"""The reference server's process: one long-lived trusted child per device.
-
-`compare_sample` is what the server (`isolation.Server`, started by judge/references.py)
-calls for every request. No candidate code ever runs in this process: it reads only the
-candidate's output files (wire/outputs.py), which hold no code, or the device buffers it
-exported for the sample (wire/device.py). Its jobs: comparisons (judge/compare.py), paired
-rounds and the call estimate (judge/rounds.py), the memory plan's sizes
-(schedule/memplan_server.py) and the floor's figures (judge/floor.py).
+"""The reference server's process: one long-lived trusted child per device, where no
+candidate code runs; it reads only the candidate's output files or exported buffers.
 """
 
 from __future__ import annotations
@@ -31,9 +25,7 @@ EXCHANGES: dict[str, device_wire.Exported] = {}
 
 
 def compare_sample(payload: dict, workdir: Path) -> dict:
-    """Answer one server request (wire/reference.py), by its kind: a comparison of the
-    candidate's outputs (files, or the buffers of compare.exchange, freed after) or one of
-    the server's other calls; the answer is checked against its reply's model."""
+    """Answer one server request (wire/reference.py), checked against its reply model."""
     request = parse_request(payload)
     return checked_reply(request, _answer(request, torch.device(request.device)))
 
@@ -52,48 +44,43 @@ def _answer(request: ServerRequest, device: torch.device) -> dict:
     if isinstance(request, FreeRequest):
         return free_buffers(request.exchange_free)
     key = request.compare.exchange
-    if key is not None and key not in EXCHANGES:  # this server is not the one that
-        return {"exchange_lost": True}  # exported them (it was started again)
+    if key is not None and key not in EXCHANGES:  # exported by a server since restarted
+        return {"exchange_lost": True}
     spent_before = SPENT.copy()
     try:
         result = compare_labels(request, device,
                                 EXCHANGES[key].views() if key is not None else None)
     finally:
         free_buffers(key)
-    # where the server's time on a comparison went (phases server_*; timing.SPENT)
     result["spent"] = spent_since(spent_before, ("reference", "truth", "metrics", "judge"))
     return result
 
 
 def export_buffers(spec: ExportSpec | dict, device: torch.device) -> dict:
-    """Buffers for one sample's outputs (wire/device.py), kept until free_buffers: all
-    `n` asked, or {"short": True} when they do not fit beside what this server keeps.
-    With `give_back`, what this server keeps is given back first and as many as then fit
-    are made (`at_least` of them, else none)."""
+    """Buffers for one sample's outputs, kept until free_buffers: all `n`, or {"short"}.
+    `give_back`: what the server keeps goes first, then as many as fit (>= `at_least`)."""
     spec = ExportSpec.model_validate(spec)
     free_buffers(spec.key)  # a retry of the same sample
     n, nbytes, at_least = spec.n, spec.bytes, spec.at_least
     try:
         if spec.give_back:
-            LOADED.clear()  # kept models and outputs: a later comparison computes them again
+            LOADED.clear()
             release(device, force=True)
             exported = device_wire.Exported(n, nbytes, device, at_least=at_least)
         else:
-            # Nothing given back: other samples' paired rounds keep their model and
-            # cached blocks to their last round (rounds.py).
+            # nothing given back: other samples' paired rounds keep theirs to the end
             try:
                 exported = device_wire.Exported(n, nbytes, device)
             except device_wire.CudaError as e:
                 return {"short": True, "error": str(e)[:300]}
-    except (device_wire.CudaError, ValueError) as e:  # no room, or too many: files
-        # (an answer, not a failed call: that would end this server and what it keeps)
+    except (device_wire.CudaError, ValueError) as e:  # files then (an answer: a failed
+        # call would end the server)
         return {"error": str(e)[:300]}
     EXCHANGES[spec.key] = exported
     return {"handles": exported.handles, "bytes": exported.nbytes}
 
 
 def free_buffers(key: str | None) -> dict:
-    """The sample's buffers freed (none: nothing to do)."""
     exported = EXCHANGES.pop(key, None) if key is not None else None
     if exported is not None:
         exported.free()
@@ -101,6 +88,5 @@ def free_buffers(key: str | None) -> dict:
 
 
 def warm_up() -> None:
-    """Run by the server's start-up, before its first task: draw the fingerprints'
-    multipliers (probes.host_weights) before the device is held."""
+    """At server start: draw the fingerprints' multipliers before the device is held."""
     host_weights()

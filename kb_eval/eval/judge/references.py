@@ -1,17 +1,8 @@
-"""The reference side of a sample, from the parent: one trusted server per device.
-
-Each device gets an `isolation.Server` running kb_eval/eval/judge/reference_worker.py: a
-long-lived child where no candidate code ever runs. Per sample it runs `Model` on the
-sample's labels (the correctness trials, the shape probe, the timed calls the candidate
-reported with their seeds) and compares each output with the candidate's file at once, on
-the device. Reference outputs never touch the disk, so nothing a candidate writes can
-change what it is judged against, and the server keeps each problem's model and fixed
-outputs, so a sample costs only its own timed calls' references.
-
-Per problem, the store keeps what is measured once: the physical floor's inputs (first
-run) and, with a live baseline, the reference's timing. A reference that fails on the
-problem's own trials fails every sample of its problem, once. A server that dies without
-an answer (killed from outside, say) is started again and asked once more.
+"""The reference side of a sample, from the parent: one trusted server per device
+(judge/reference_worker.py), where no candidate code runs, runs `Model` on a sample's labels
+and compares each output with the candidate's file on the device; reference outputs never
+touch the disk. Per problem the store keeps what is measured once (floor inputs, a live
+baseline's timing); a server that dies without an answer is started again and asked once more.
 """
 
 from __future__ import annotations
@@ -105,8 +96,8 @@ class ReferenceStore:
 
     def plan(self, problem: Problem, device: str, baseline_peak: int | None = None,
              drop: bool = False) -> MemoryPlan:
-        """The problem's memory plan on `device` (measured once per problem; `drop`
-        measures again after the server dropped everything it keeps)."""
+        """The problem's memory plan on `device`, measured once (`drop`: again, after the
+        server dropped everything it keeps)."""
         state = self._state(problem)
         with state.lock:
             if state.plan is not None and not drop:
@@ -129,9 +120,8 @@ class ReferenceStore:
             return state.plan
 
     def sample_timing(self, problem: Problem, device: str) -> TimingSettings:
-        """The timing settings of a sample of `problem`: the run's, with the timed calls
-        cut to the settings' budget at the reference's speed (timing.plan_timing), which
-        the server estimates once per problem (a failed estimate: the run's settings)."""
+        """The run's timing settings, the timed calls cut to the budget at the reference's
+        speed (timing.plan_timing), estimated once per problem."""
         settings = self.ctx.config.timing
         if plan_timing(settings, reference_ms=math.inf).trials == settings.trials:
             return settings  # nothing to cut (no budget, or too few calls): no estimate
@@ -150,22 +140,18 @@ class ReferenceStore:
                                launch_ms=state.launch_ms)
 
     def pace(self, problem: Problem) -> tuple[float | None, float | None]:
-        """The reference's call time and, of it, its launch time, as sample_timing
-        estimated them (None: not estimated): what the candidate's child plans its
-        timing with again (timing.plan_timing)."""
+        """The reference's call and launch time as sample_timing estimated them (or None)."""
         state = self._state(problem)
         return state.call_ms, state.launch_ms
 
     def export(self, device: str, key: str, n: int, nbytes: int,
                at_least: int | None = None) -> dict | None:
-        """`n` buffers of `nbytes` on `device` for one sample's outputs (wire/device.py),
-        or as many as fit but no fewer than `at_least`: {"handles", "bytes"} for the
-        child's payload, or None (files then) when the server could not allocate them."""
+        """`n` buffers of `nbytes` (or as many as fit, >= `at_least`) for one sample's
+        outputs (wire/device.py): {"handles", "bytes"}, or None (files then)."""
         spec = ExportSpec(key=key, n=n, bytes=nbytes, at_least=at_least)
         answer = self._export(device, spec)
         if answer is not None and answer.short:
-            # the server gives back what it keeps, then makes what fits: in a shared turn,
-            # never beside a timing step (its reference rounds keep theirs to the end)
+            # give back what the server keeps, in a shared turn (never beside a timing step)
             answer = self._export(device, spec.model_copy(update={"give_back": True}))
         return (answer.model_dump(exclude_unset=True)
                 if answer is not None and answer.handles else None)
@@ -183,12 +169,9 @@ class ReferenceStore:
     def compare(self, problem: Problem, labels: list[str], folder: Path,
                 device: str, exchange: Exchange | None = None,
                 paired: bool = False) -> ReferenceRun:
-        """Run the reference on `labels` and compare with the candidate's files in
-        `folder` (and the buffers exported under the key `exchange`, then freed). The
-        first run of a problem (it also measures once-per-problem figures) is the
-        problem's only one in flight; later ones may run side by side on several
-        devices. `paired`: the sample's timing timed the reference in rounds beside it, so
-        a live baseline needs no timing here."""
+        """Run the reference on `labels` and compare with the candidate's files in `folder`
+        (and `exchange`'s buffers). A problem's first run (it measures the once-per-problem
+        figures) runs alone. `paired`: the reference was timed in rounds already."""
         state = self._state(problem)
         with state.lock:
             if state.error and state.harness:  # the server died last time: try again
@@ -202,10 +185,9 @@ class ReferenceStore:
         return self._run(problem, state, labels, folder, device, exchange, False)
 
     def _wants_timing(self, state: ReferenceState, paired: bool) -> bool:
-        """Whether this comparison also times the reference alone, once per problem: for a
-        live baseline, unless the sample's paired rounds already timed the reference;
-        a compiled baseline is built and timed here all the same, never inside a
-        candidate's timing step, where its compile would run on the candidate's clock."""
+        """Whether this comparison also times a live baseline, once per problem. A compiled
+        baseline is timed here even when paired: its compile must not run on the
+        candidate's clock."""
         cfg = self.ctx.config
         if not cfg.live_baseline or state.timed:
             return False
@@ -216,7 +198,7 @@ class ReferenceStore:
              want_timing: bool = False) -> ReferenceRun:
         cfg = self.ctx.config
         if exchange is not None:
-            exchange.sent = True  # the server frees the buffers once it compared
+            exchange.sent = True
         truth = state.plan is None or state.plan.truth_reason is None
         request = CompareRequest(
             problem_code=problem.code, device=self.ctx.torch_device(device),
@@ -231,8 +213,7 @@ class ReferenceStore:
             keep_bytes=keep_bytes(cfg.mem_limit_mb))
         out = self._call(device, request.model_dump())
         if not out.ok:
-            # An exception of the reference's own code on its own trials fails the
-            # problem; a server that died or was killed is the evaluator's fault.
+            # the reference's own exception fails the problem; a dead server is ours
             state.error = f"reference {out.describe()}"
             state.detail = out.output_tail[-4000:]
             state.harness = out.status != "error" or "OutOfMemoryError" in (out.error or "")
@@ -254,9 +235,8 @@ class ReferenceStore:
                             tolerance=result.tolerance)
 
     def _with_device_floor(self, metrics: dict, device: str) -> dict:
-        """A problem's floor metrics with the device's own figures (device_floor): taken
-        once per device and run, in a call that holds the device alone, so a problem's
-        first comparison needs it only shared."""
+        """A problem's floor metrics with the device's figures, taken once per device in a
+        call that holds the device alone."""
         if "error" in metrics:
             return metrics
         with self._floor_locks[device]:
@@ -276,8 +256,8 @@ class ReferenceStore:
         return {**metrics, **figures}
 
     def _with_peaks(self, figures: dict, known: PeaksFile | None) -> dict:
-        """The device's figures with the machine's peaks (kb_eval/peaks.py): the file's,
-        or those the server just measured, written beside the baseline files."""
+        """The device's figures with the machine's peaks: the file's, or those just measured
+        (then written)."""
         measured = figures.pop("peaks_measured", None)
         if known is None and isinstance(measured, dict):
             known = write_peaks(self.ctx.config.results_dir, measured, self.ctx.hardware)
@@ -285,12 +265,9 @@ class ReferenceStore:
 
     def time_rounds(self, problem: Problem, device: str, rounds: list[int], ks: list[int],
                     settings: TimingSettings) -> list[dict]:
-        """The reference's rounds `rounds` of a paired timing (schedule/pairing.py), back
-        to back in one server call, with `ks[i]` timed calls in round `rounds[i]`. For
-        each: its calls' times ("ms"), how long the GPU was busy with another process's
-        work before them ("busy_ms", the first round only) and the calls' median launch
-        time ("launch_ms", GPU). Not under the device lock: the sample's candidate child
-        holds it alone for its whole timing step, rounds of both sides included."""
+        """The reference's `rounds` of a paired timing in one server call, `ks[i]` calls in
+        round `rounds[i]`: {"ms", "busy_ms", "launch_ms", "spent"} each. Not under the device
+        lock: the candidate child holds it for its whole timing step."""
         cfg, server = self.ctx.config, self.servers[device]
         payload = RoundsRequest(
             rounds=rounds, problem_code=problem.code, device=self.ctx.torch_device(device),
@@ -305,14 +282,12 @@ class ReferenceStore:
 
     @staticmethod
     def _round(r: int, k: int, answer: RoundAnswer) -> dict:
-        """One round's answer, checked: `k` times."""
         if answer.ms is None or len(answer.ms) != k:
             raise RuntimeError(f"reference round {r}: {answer.error or 'no times'}")
         return {"ms": list(answer.ms), "busy_ms": answer.busy_ms,
                 "launch_ms": answer.launch_ms, "spent": dict(answer.spent)}
 
     def server_pid(self, device: str) -> int | None:
-        """The pid of `device`'s server, if it is running."""
         server = self.servers.get(device)
         return None if server is None or server.child is None else server.child.proc.pid
 
@@ -321,15 +296,10 @@ class ReferenceStore:
         return {pid for device in self.servers if (pid := self.server_pid(device)) is not None}
 
     def _call(self, device: str, payload: dict) -> ChildOutcome:
-        """One server call, under the device's timing lock (kb_eval/devlock.py): alone
-        when it times something (a live baseline, the device's floor figures), else
-        shared with the candidate children's untimed work, except an export that gives
-        nothing back, which launches nothing (wire/device.Exported) and so may run beside
-        a timed call: the next samples' buffers are ready when the device's next shared
-        turn comes, their children waiting for it, instead of being made in that turn,
-        after it. The device lock is taken before the server's: a paired-timing round
-        (time_rounds, inside a candidate's timing step) must get the server while another
-        lane waits for the device."""
+        """One server call under the device lock (kb_eval/devlock.py): exclusive when it
+        times something, shared otherwise; an export that gives nothing back launches
+        nothing and takes no lock. The device lock is taken before the server's, so a
+        paired round can get the server while another lane waits for the device."""
         beside = payload.get("export") and not payload["export"].get("give_back")
         mode = ("exclusive" if payload.get("timing") or payload.get("device_floor")
                 else None if beside else "shared")
@@ -346,7 +316,7 @@ class ReferenceStore:
     def _call_server(self, server: Server, payload: dict) -> ChildOutcome:
         cfg = self.ctx.config
         out = server.call(payload, timeout_s=cfg.run_timeout_s, mem_limit_mb=cfg.mem_limit_mb)
-        if out.status in ("crashed", "no_result"):  # died, not failed: once more, fresh
+        if out.status in ("crashed", "no_result"):  # died, not failed: once more
             out = server.call(payload, timeout_s=cfg.run_timeout_s, mem_limit_mb=cfg.mem_limit_mb)
         return out
 

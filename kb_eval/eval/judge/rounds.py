@@ -1,6 +1,5 @@
-"""The reference's side of a paired timing (schedule/pairing.py), in the reference server
-(kb_eval/eval/judge/reference_worker.py), and the rough estimate of one call that sizes
-each sample's timed calls."""
+"""The reference server's side of a paired timing (schedule/pairing.py), and the rough
+estimate of one call that sizes each sample's timed calls."""
 
 from __future__ import annotations
 
@@ -19,14 +18,9 @@ from kb_eval.timing import (SPENT, TimingSettings, busy_ms_before_quiet, kept, p
 
 
 def time_rounds(payload: RoundsRequest, device: torch.device) -> dict:
-    """The rounds `payload.rounds` of a paired timing, back to back, the candidate's
-    child stopped meanwhile: each round's calls of the reference on fresh inputs, after
-    one untimed call (as the candidate's rounds) and, before the first, the run's warmup.
-    {"rounds": one answer per round}, or {"error": why not}.
-
-    Out of memory beside the stopped candidate, a round is tried once more with this
-    server's cached outputs and blocks given back; out of memory again, the sample keeps
-    its unpaired timing."""
+    """The reference's `payload.rounds` of a paired timing, back to back, the candidate's
+    child stopped: {"rounds": one answer each} or {"error"}. Out of memory, a round is
+    tried once more with cached outputs given back."""
     answers = []
     for i, r in enumerate(payload.rounds):
         def one_round(r=r, first=i == 0) -> dict:
@@ -44,8 +38,7 @@ def time_rounds(payload: RoundsRequest, device: torch.device) -> dict:
 
 
 def _give_back_cached(device: torch.device) -> None:
-    """Drop every kept reference output and float64 truth (they are recomputed when next
-    needed) and return the allocator's cached blocks."""
+    """Drop kept outputs and truths (recomputed when needed) and the cached blocks."""
     for p in LOADED.values():
         p.forget_outputs()
     release(device, force=True)
@@ -60,12 +53,10 @@ def _time_round(payload: RoundsRequest, device: torch.device, r: int, wait_quiet
     timed = baseline_model(p, payload, device)
     if isinstance(timed, str):  # the compiler's limit: an answer, not a failed server call
         return {"error": f"no {payload.baseline_mode} baseline: {timed}"}
-    # Kernels the stopped candidate queued may still run: wait them out and report how
-    # long (phases.pair_busy_max); once per call, the candidate stays stopped.
+    # kernels the stopped candidate queued may still run: wait them out, say how long
     with spent("quiet"):
         busy_ms = busy_ms_before_quiet(device) if wait_quiet and device.type == "cuda" else 0.0
-    # Around each call, the candidate child's own bookkeeping (calls.py), which slows a
-    # host-bound call, so both sides do it.
+    # the candidate child's bookkeeping (calls.py) slows a host-bound call: both sides do it
     rounds = paired_rounds(settings)
     calls_r = rounds[r]
     calls = TimedCalls(timed, p.watch(device), device,
@@ -76,8 +67,7 @@ def _time_round(payload: RoundsRequest, device: torch.device, r: int, wait_quiet
         timer = _untimed_calls(calls, settings, r, device)
         ms = kept(settings, r, time_calls(calls.call, calls_r, timer, calls.args,
                                           calls.on_output, collect=r == 0))
-    # The blocks stay cached until the last round, as the candidate's allocator keeps its
-    # own (else each round's first call would run on freshly mapped memory).
+    # blocks stay cached until the last round, as the candidate's allocator keeps its own
     if r == len(rounds) - 1:
         release(device)
     SPENT["server"] += clocks.perf_counter() - entered
@@ -87,9 +77,8 @@ def _time_round(payload: RoundsRequest, device: torch.device, r: int, wait_quiet
 
 def _untimed_calls(calls: TimedCalls, settings: TimingSettings, r: int,
                    device: torch.device):
-    """The round's untimed call (and the run's warmups before round 0), as the
-    candidate's; the round's timer, whose spin-up counts the round's untimed call (not
-    the warmups), as the candidate's."""
+    """The round's untimed call (and warmups before round 0) and the round's timer, as the
+    candidate's."""
     untimed = int(settings.round_untimed)
     with spent("untimed"):
         for i in range(untimed + (settings.warmup if r == 0 else 0)):
@@ -103,10 +92,8 @@ def _untimed_calls(calls: TimedCalls, settings: TimingSettings, r: int,
 
 
 def estimate_call(payload: EstimateRequest, device: torch.device) -> dict:
-    """{"ms": a rough time of one call of what paired rounds time (the baseline model),
-    "launch_ms": the part of it until the call returned (its launches, on a GPU), or
-    None}: the second of two synchronized calls, by the host's clock. It only sizes each
-    sample's timed calls (timing.plan_timing), never a scored figure."""
+    """{"ms", "launch_ms"} of the second of two synchronized calls of the baseline model, by
+    the host's clock: sizes a sample's timed calls, never a scored figure."""
     p = loaded_problem(payload, device)
     timed = baseline_model(p, payload, device)
     if isinstance(timed, str):

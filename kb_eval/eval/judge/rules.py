@@ -1,17 +1,6 @@
-"""Parent-side rules beyond matching numbers (the defenses that do not trust the child's
-word alone), each returning `Flag`s for a sample's record:
-
-- `child_flags`: what the candidate child's tripwires saw (tampering with the harness,
-  doctored pending inputs, aliasing on timed calls, Python threads left running);
-- `completeness`: the re-checked timed calls that were asked for are all there;
-- `timing_plausible`: the statistics are a consistent set of positive numbers;
-- `physical_floor`: the median is not below what the device can do, from numbers measured
-  in the reference server (an empty call through the same timer; bytes in and out over the
-  device's peak bandwidth);
-- `constant_reference`: every correctness trial's reference output is the same: the
-  problem cannot tell a constant from a computation;
-- `shape_probe`: the candidate's answer on a smaller batch, against the reference's.
-`VOIDS_SPEEDUP` (in score) lists the warnings whose samples' speedups are not counted.
+"""Parent-side rules beyond matching numbers, each returning `Flag`s for a sample: the
+child's tripwires, complete re-checks, plausible timing, the physical floor, a constant
+reference, the shape probe. score.VOIDS_SPEEDUP lists the warnings that void a speedup.
 """
 
 from __future__ import annotations
@@ -90,10 +79,8 @@ def peak_bandwidth(device_name: str, measured: float | None) -> float | None:
 
 def physical_floor(median_ms: float | None, metrics: dict | None, device_kind: str,
                    device_name: str, flush_l2: bool) -> list[Flag]:
-    """The fastest a call can possibly be; a median below it was not measured honestly.
-    Bytes: the inputs must come from DRAM (L2 was flushed before the call), the outputs
-    only beyond what L2 absorbs (written back after the call ends); half of that, at the
-    device's peak bandwidth, in case a legitimate kernel skips part of an input."""
+    """A median below the fastest a call can be was not measured honestly: half an empty
+    call, or half the must-move bytes (L2 flushed) at the device's peak bandwidth."""
     if median_ms is None or not metrics or "error" in metrics:
         return []
     floors = []
@@ -116,8 +103,7 @@ def physical_floor(median_ms: float | None, metrics: dict | None, device_kind: s
 
 
 def constant_reference(reference_seen: dict, correct_labels: list[str]) -> list[Flag]:
-    """The reference server marks each correctness trial whose outputs are bit-for-bit the
-    first trial's (`same_as_first`): all of them so marked is an input-independent answer."""
+    """Every correctness trial's reference output `same_as_first`: input-independent."""
     if len(correct_labels) >= 2 and all(reference_seen.get(lb, {}).get("same_as_first")
                                         for lb in correct_labels[1:]):
         return [Flag(code="constant_reference", severity="warning",

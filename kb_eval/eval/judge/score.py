@@ -1,13 +1,9 @@
 """Scores of a run: pure functions of the sample records and of what was asked.
 
-Denominator: the problems asked, each weighing the same; a problem none of whose samples
-the evaluator could judge is left out and listed in `excluded_problems`. A problem's rate
-is the share of its `samples_per_problem` asked samples that pass (a missing sample
-fails). With one sample per problem, fast_p is KernelBench's: correct AND speedup > p.
-fast_p_sig needs the speedup's 95 % interval above p (judge/confidence.py); sol_p counts
-samples at >= p of the speed of light (judge/sol.py). The compiled rate is the share of
-the recorded samples (last turns) that compiled. pass@k is the unbiased estimator of
-Chen et al. (2021), computed as a product so it never overflows.
+Each asked problem weighs the same (one none of whose samples could be judged is left out,
+in `excluded_problems`); a missing sample fails. fast_p is KernelBench's (correct AND
+speedup > p), fast_p_sig needs the 95 % interval above p, sol_p counts shares of the speed
+of light. pass@k: the unbiased estimator of Chen et al. (2021), as a product.
 """
 
 from __future__ import annotations
@@ -24,7 +20,6 @@ PASS_K = (1, 5, 10)
 
 
 def fast_p_name(p: float) -> str:
-    """0 -> fast_0, 0.5 -> fast_0.5, 1.0 -> fast_1."""
     return f"fast_{p:g}"
 
 
@@ -36,7 +31,6 @@ def pass_at_k(n: int, c: int, k: int) -> float:
         raise ValueError(f"k={k} > n={n}")
     if n - c < k:
         return 1.0
-    # C(n-c, k) / C(n, k) = prod_{i=n-c+1}^{n} (1 - k / i)
     prod = 1.0
     for i in range(n - c + 1, n + 1):
         prod *= 1.0 - k / i
@@ -59,13 +53,11 @@ VOIDS_SPEEDUP = frozenset({"no_custom_kernel", "constant_reference", "above_spee
 
 
 def sol_p_name(p: float) -> str:
-    """0.5 -> sol_0.5."""
     return f"sol_{p:g}"
 
 
 def counted_sol(r: SampleRecord) -> float | None:
-    """The speed-of-light share the score counts: a correct sample's whose speedup no
-    flag voids, at most 1 (above the speed of light is never a win)."""
+    """The speed-of-light share the score counts: a counted speedup's, at most 1."""
     share = r.sol.share if r.sol is not None else None
     if (share is None or share > 1.0 or not is_correct(r)
             or any(f.code in VOIDS_SPEEDUP for f in r.flags)):
@@ -97,8 +89,7 @@ def is_fast_sig(r: SampleRecord, p: float) -> bool:
 
 def _by_problem(records: Iterable[SampleRecord],
                 asked: Iterable[str]) -> dict[str, list[SampleRecord]]:
-    """Records of the asked problems; the last record of a (key, sample) wins, and of a
-    multi-turn sample, its last turn."""
+    """The asked problems' records, the last turn of each (key, sample)."""
     latest: dict[tuple[str, int], SampleRecord] = {}
     for r in records:
         slot = (r.key, r.sample)
@@ -117,13 +108,11 @@ def summarize(records: Iterable[SampleRecord], problems_asked: Iterable[str],
     records = list(records)
     grouped = _by_problem(records, list(dict.fromkeys(problems_asked)))
     harness = [r for rs in grouped.values() for r in rs if r.status in HARNESS_STATUSES]
-    # A problem none of whose samples was judged says nothing of the candidate: it leaves
-    # the denominator (and the summary says so). One judged sample keeps it in.
+    # a problem none of whose samples was judged says nothing of the candidate
     excluded = [k for k, rs in grouped.items()
                 if rs and all(r.status in HARNESS_STATUSES for r in rs)]
     grouped = {k: rs for k, rs in grouped.items() if k not in excluded}
     n_problems = len(grouped)
-    # A problem with more records than asked (e.g. a rerun) uses them all as its n.
     n_of = {k: max(samples_per_problem, len(rs)) for k, rs in grouped.items()}
 
     def rate(pred) -> float:
@@ -148,7 +137,7 @@ def summarize(records: Iterable[SampleRecord], problems_asked: Iterable[str],
         correct_rate=rate(is_correct),
         fast_p={fast_p_name(p): rate(lambda r, p=p: is_fast(r, p)) for p in fast_ps},
         fast_p_sig={fast_p_name(p): rate(lambda r, p=p: is_fast_sig(r, p)) for p in fast_ps},
-        # none without shares (a run from before them, or with no peaks): "-", not 0 %
+        # no shares at all (no peaks): "-", not 0 %
         sol_p={sol_p_name(p): rate(lambda r, p=p: is_sol(r, p)) for p in sol_ps}
         if any(r.sol is not None for rs in grouped.values() for r in rs) else {},
         geomean_speedup=geometric_mean(counted_speedup(r) for r in correct),

@@ -1,6 +1,4 @@
-"""The parent's calls to a reference server (judge/references.py): the order they get the
-server in, the seconds they cost each sample, and which failed call leaves the server
-running."""
+"""The parent's calls to a reference server: their order, and their seconds per sample."""
 
 from __future__ import annotations
 
@@ -10,16 +8,14 @@ from typing import Iterator
 
 from kb_eval.isolation import ChildOutcome
 
-# Seconds the servers spent on the calls this thread made (a lane's thread: its current
-# sample's), queueing for a server not included; the paired rounds are counted apart.
+# server seconds of this (lane's) thread's calls, queueing not included
 _SERVER_TIME = threading.local()
 CALL_KINDS = ("plan", "estimate", "export", "exchange_free", "compare")
 
 
 def take_server_seconds() -> dict[str, float]:
-    """The servers' seconds for this thread's calls since the last take, as phases:
-    "server" in all, "server_<kind>" per kind of call (CALL_KINDS) and, of the
-    comparisons, the parts the server timed itself ("server_truth": float64 runs...)."""
+    """The servers' seconds for this thread's calls since the last take: "server",
+    "server_<kind>" per CALL_KINDS and the parts the server timed itself."""
     spent, _SERVER_TIME.spent = getattr(_SERVER_TIME, "spent", {}), {}
     return {k: round(v, 3) for k, v in spent.items()}
 
@@ -37,16 +33,13 @@ def note_server_time(payload: dict, seconds: float, out: ChildOutcome | None) ->
 
 
 def out_of_memory(out: ChildOutcome) -> bool:
-    """A server task that ran out of device memory left the server sound: it keeps
-    running, and with it the buffers it holds for the other samples in flight."""
+    """A task out of device memory leaves the server sound: it keeps running."""
     return "OutOfMemoryError" in (out.error or "")
 
 
 class ServerTurns:
-    """One call at a time on a device's server, the calls that start a sample (plan,
-    estimate, buffers) or time one (a paired round) before those that end one (a
-    comparison, freeing buffers), so the next samples are ready before the device's
-    shared turn closes (devlock.py). Starting calls are bounded by the samples in flight."""
+    """One call at a time on a device's server, calls that start or time a sample before
+    those that end one, so the next samples are ready before the shared turn closes."""
 
     FIRST = ("plan", "estimate", "export", "time_calls")
 

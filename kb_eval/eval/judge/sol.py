@@ -1,13 +1,7 @@
-"""Speed of light: a correct sample's share of the machine's measured peaks, and the rule
-that a time the memory could not have delivered is never a win.
-
-The share (kb_eval/work.py `SolShare`) is the larger of achieved FLOP/s over the matmul
-peak and compulsory bytes/s over the DRAM bandwidth; the reference's share stands beside.
-
-`above_speed_of_light` follows rules.physical_floor: FLOPs are never a floor (an algebraic
-shortcut is legitimate), bytes are. On a GPU with L2 flushed, the bytes a call must move
-from DRAM at more than the measured bandwidth flag the sample (correct, speedup not
-counted); on a CPU such a share is only reported. A share above 1 never counts in sol_p.
+"""Speed of light: a correct sample's share of the machine's measured peaks (the larger of
+FLOP/s over the matmul peak and bytes/s over DRAM bandwidth), and `above_speed_of_light`:
+with L2 flushed, bytes moved faster than measured bandwidth void the speedup. FLOPs are
+never a floor (an algebraic shortcut is legitimate).
 """
 
 from __future__ import annotations
@@ -21,8 +15,7 @@ FLAG = "above_speed_of_light"
 
 def sol_share(work: ProblemWork, peaks, precision: str, median_ms: float | None,
               reference_ms: float | None) -> SolShare | None:
-    """The shares of a call of `median_ms` and of the reference's `reference_ms`
-    (`peaks`: a kb_eval.peaks.PeaksFile)."""
+    """The shares of a call of `median_ms` and of the reference's (`peaks`: a PeaksFile)."""
     if not median_ms or median_ms <= 0 or work.bytes is None:
         return None
     peak, bw = peaks.matmul_peak(precision), peaks.bandwidth
@@ -40,17 +33,15 @@ def sol_share(work: ProblemWork, peaks, precision: str, median_ms: float | None,
 
 
 def must_bytes(work: ProblemWork, l2_bytes: int | None) -> int:
-    """The bytes a call cannot have found in L2 once it was flushed: inputs, weights, and
-    the outputs beyond what L2 absorbs."""
+    """Bytes not in a flushed L2: inputs, weights, outputs beyond what L2 absorbs."""
     reads = (work.in_bytes or 0) + (work.weight_bytes or 0)
     return reads + max(0, (work.out_bytes or 0) - (l2_bytes or 0))
 
 
 def light_flags(work: ProblemWork, peaks, median_ms: float | None,
                 flushed: bool) -> list[Flag]:
-    """`above_speed_of_light` when the call's must-move bytes over its median exceed the
-    measured bandwidth; only where L2 was flushed before each call (elsewhere no byte is
-    known to come from DRAM)."""
+    """`above_speed_of_light` when must_bytes over the median exceed the measured bandwidth
+    (only with L2 flushed: elsewhere no byte is known to come from DRAM)."""
     bw = peaks.bandwidth
     if not flushed or not median_ms or median_ms <= 0 or not bw or work.bytes is None:
         return []
@@ -66,8 +57,7 @@ def light_flags(work: ProblemWork, peaks, median_ms: float | None,
 
 def judge_sol(record: SampleRecord, metrics: dict | None, precision: str,
               flushed: bool) -> None:
-    """The record's work (every judged sample) and, for a correct one, its sol and the
-    speed-of-light flag, from the reference server's metrics (`work`, `peaks`)."""
+    """The record's work and, for a correct one, its sol and flag, from the server's metrics."""
     from kb_eval.peaks import PeaksFile
 
     metrics = metrics or {}

@@ -1,15 +1,7 @@
-"""Static checks of a candidate's source (parent side: parsed with `ast`, never run).
-
-- `no_custom_kernel` (warning; speedup not counted): no kernel is built or declared
-  (`load_inline`, `cpp_extension.load`, `@triton.jit`, CuPy `RawKernel`, `numba.cuda.jit`):
-  PyTorch ops only, so its time says nothing about a kernel written for the task.
-- `suspicious_code` (warning): what exploits use and honest kernels need not: `gc`,
-  `inspect`, frames, trace hooks, `ctypes`, threads and processes, signals, side streams,
-  `kb_eval`, code objects, `builtins`, writes to files (SUSPICIOUS_MODULES, _ATTRS).
-- `monkeypatch` (warning): assignments (or setattr) to attributes of imported modules,
-  e.g. `time.perf_counter = ...` (cudnn.benchmark is allowed).
-These are heuristics a determined candidate can hide from; the runtime checks do not rely
-on them.
+"""Static checks of a candidate's source (parsed with `ast`, never run): `no_custom_kernel`
+(speedup not counted), `suspicious_code` (what exploits use and honest kernels need not),
+`monkeypatch` (assignments to imported modules' attributes). Heuristics only: the runtime
+checks do not rely on them.
 """
 
 from __future__ import annotations

@@ -1,25 +1,15 @@
 """Correctness against float64 truth (the default rule, `--tolerance f64`).
 
-The reference server runs the reference twice on a label's inputs: at the run's precision
-(`ref`, what KernelBench compares with) and in float64 on the same rounded inputs and
-weights (`truth`). The reference's own error E = |ref - truth| says how far an honest
-computation at this precision lands from the truth on this problem: a 16384-term dot
-product misses by far more than a copy does. Per output tensor, over the positions where
-the reference and the truth are finite:
+With `truth` the reference run in float64 on the same rounded inputs and E = |ref - truth|
+the reference's own error, per output tensor over positions finite in ref and truth:
 
     elementwise  |out - truth| <= K * (E_i + S + u * (|truth_i| + M))
     normwise     ||out - truth|| <= K_NORM * (||E|| + u * ||truth||)
 
-S = rms(E) and M = rms(truth) over the positions that carry a value (the reference or the
-truth nonzero), so an element the reference got exactly right, or a mostly-zero output, is
-not held to zero; u = the unit roundoff of the run's precision. Where no position carries
-a value, M is the computation's own scale (`Truth.scale`). NaN and Inf must sit where the
-reference's are. K and K_NORM (benchmarks/f64_bound.py, docs/GUARANTEES.md "Correctness")
-pass other summation orders and naive loops up to ~1M terms, and fail every TF32, fp16 or
-bf16 downgrade measured by a factor of 7 or more.
-
-`ratio` and `norm_ratio` in a label's result are the worst elementwise and the normwise
-error as a share of their bounds (<= 1 passes): how close a candidate came.
+S, M: rms of E and truth over positions that carry a value (else M = `Truth.scale`); u: the
+unit roundoff. NaN and Inf must sit where the reference's are. docs/GUARANTEES.md
+"Correctness" has why and how K, K_NORM were chosen. `ratio`, `norm_ratio`: the errors
+as a share of their bounds (<= 1 passes).
 """
 
 from __future__ import annotations
@@ -45,14 +35,13 @@ class Truth(list):
 
 
 def computation_scale(inputs: list, model: torch.nn.Module) -> float:
-    """Truth.scale of a call: one reduction per tensor, no copies (inputs may be GiBs);
-    0 when a tensor cannot say."""
+    """Truth.scale of a call: one reduction per tensor, no copies; 0 when unknown."""
     tensors = [t for t in _leaves(inputs) if t.is_floating_point() and t.numel()]
     tensors += [t for t in (*model.parameters(), *model.buffers())
                 if t.is_floating_point() and t.numel()]
     ends: dict[torch.device, list[torch.Tensor]] = {}
     try:
-        for t in tensors:  # gathered per device, read once each
+        for t in tensors:
             ends.setdefault(t.device, []).append(
                 torch.stack(torch.aminmax(t.detach())).double().abs().max())
         return max((float(torch.stack(e).nan_to_num_(0.0, 0.0, 0.0).max())
@@ -120,10 +109,8 @@ def applies(ref: torch.Tensor, truth: torch.Tensor) -> bool:
     return floating and tuple(ref.shape) == tuple(truth.shape)
 
 
-# The loops below zero the positions not counted rather than select the counted ones (a
-# boolean index copies, and on a GPU syncs), and work in place only on their own
-# temporaries (`.double()` of a float64 tensor is that tensor). On a GPU judge/fused.py
-# computes the same in one read per pass (`KB_EVAL_FUSED_COMPARE=0`: the torch code).
+# The loops zero the positions not counted (a boolean index copies and syncs) and work in
+# place only on their own temporaries. On a GPU judge/fused.py does the same in one read.
 
 
 def fused_for(r: torch.Tensor, *others: torch.Tensor):
@@ -156,9 +143,8 @@ def _scales_torch(r: torch.Tensor, t: torch.Tensor) -> tuple[float, float, int]:
 
 def compare_truth(out: torch.Tensor, ref: torch.Tensor, truth: torch.Tensor,
                   scale: float = 0.0) -> dict:
-    """The float64 verdict on one output tensor (shape and dtype already checked against
-    `ref`): {"ok", "error", "ratio", "norm_ratio"}. `scale`: Truth.scale, M where no
-    position carries a value."""
+    """The float64 verdict on one output tensor (shape and dtype checked):
+    {"ok", "error", "ratio", "norm_ratio"}. `scale`: Truth.scale."""
     u = UNIT_ROUNDOFF[{torch.complex64: torch.float32,
                        torch.complex128: torch.float64}.get(ref.dtype, ref.dtype)]
     o, r, t = _flat(out), _flat(ref), _flat(truth)
@@ -208,9 +194,8 @@ def _check_torch(o: torch.Tensor, r: torch.Tensor, t: torch.Tensor, s: float, m:
 
 def compare_outputs_truth(outs: list[torch.Tensor], refs: list[torch.Tensor],
                           truths: list[torch.Tensor], exact_ok: Callable[[int], bool]) -> dict:
-    """The float64 verdict on one call: each floating output against its truth; an output
-    the truth does not apply to (integer, bool) keeps its KernelBench verdict
-    (`exact_ok(i)`, asked only for such outputs)."""
+    """The float64 verdict on one call; an output the truth does not apply to (integer,
+    bool) keeps its KernelBench verdict `exact_ok(i)`."""
     worst = norm = 0.0
     for i, (o, r, t) in enumerate(zip(outs, refs, truths)):
         where = f"output {i}: " if len(refs) > 1 else ""

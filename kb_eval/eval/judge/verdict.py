@@ -49,8 +49,7 @@ FILES_BUDGET = 16 << 30  # output files one sample writes for its correctness tr
 
 
 def trials_for(asked: int, out_bytes: int | None) -> int:
-    """Correctness trials for outputs of `out_bytes`: as asked, but their output files
-    within FILES_BUDGET, and at least two."""
+    """Correctness trials: as asked, their output files within FILES_BUDGET, at least two."""
     if not out_bytes:
         return asked
     return max(min(asked, 2), min(asked, FILES_BUDGET // out_bytes))
@@ -58,9 +57,8 @@ def trials_for(asked: int, out_bytes: int | None) -> int:
 
 def labels_to_check(cfg, saved: object, correct_trials: int | None = None,
                     n_calls: int | None = None) -> list[str]:
-    """Every correctness trial (decided here, not by the child), plus the re-checked timed
-    calls the child reports, if well-formed, one per call of the `n_calls` made (default:
-    the run's), no more than were asked for."""
+    """Every correctness trial, plus the well-formed re-checked timed calls the child
+    reports, one per call of `n_calls`, no more than asked for."""
     n_calls = n_calls or cfg.timing.n_calls
     by_call: dict[int, str] = {}
     for s in sorted(saved if isinstance(saved, list) else [], key=str):
@@ -81,8 +79,7 @@ def judge_sample(ctx: EvalContext, problem: Problem, source: str, n_correct: int
                  record: SampleRecord, result: dict, labels: list[str],
                  ref: ReferenceRun, paired: dict | None = None,
                  timing: TimingSettings | None = None) -> SampleRecord:
-    """Add up the comparisons, apply the guards and rules, derive the speedup. `timing`:
-    the sample's settings (its budgeted calls), the run's by default."""
+    """Add up the comparisons, apply the guards and rules, derive the speedup."""
     cfg = ctx.config
     timing = timing or cfg.timing
     record.correctness = _correctness(cfg, labels, ref)
@@ -131,9 +128,8 @@ def judge_sample(ctx: EvalContext, problem: Problem, source: str, n_correct: int
 
 
 def cut_flags(cut: TimingSettings | None, speedup: float | None) -> list[Flag]:
-    """A candidate timed in fewer rounds (timing.plan_timing) says so (info); and warns when
-    its timed calls were not that slow after all (its child judged its pace by its
-    correctness calls, which candidate code could have slowed on purpose)."""
+    """Flags for a candidate timed in fewer rounds; a warning when it was not that slow after
+    all (its pace was judged by correctness calls it could have slowed on purpose)."""
     if cut is None:
         return []
     flags = [Flag(code="fewer_rounds", severity="info",
@@ -148,8 +144,7 @@ def cut_flags(cut: TimingSettings | None, speedup: float | None) -> list[Flag]:
 
 def _reference_alone(ctx, cfg, problem, ref: ReferenceRun, paired: dict | None,
                      record: SampleRecord, file_base: TimingStats | None) -> None:
-    """The reference's time when the sample's rounds were not paired: live, timed alone
-    once per problem; else the baseline file's. A pairing replaces it (_use_pairing)."""
+    """The reference's time unpaired: live, timed alone once per problem, or the file's."""
     if cfg.live_baseline:
         record.baseline = ref.state.timing or paired_reference(paired)
         record.baseline_source = "live"
@@ -164,10 +159,8 @@ def _reference_alone(ctx, cfg, problem, ref: ReferenceRun, paired: dict | None,
 
 
 def _use_pairing(record: SampleRecord, paired: dict | None) -> None:
-    """One reference time per sample: when the pairing is sound, the speedup, its interval
-    and the baseline all come from the paired rounds (schedule/pairing.py); the file's
-    time stays only in `speedup_vs_baseline`. Unpaired, the reference timed alone (or the
-    file's) stays, and a warning says why."""
+    """When the pairing is sound, speedup, interval and baseline come from the paired
+    rounds; otherwise the reference timed alone stays, and a warning says why."""
     rounds, cand = (paired or {}).get("rounds"), record.timing.rounds
     if paired is None:
         return
@@ -197,9 +190,9 @@ OUTSIDE_SHARE, OUTSIDE_SLACK_MS = 0.1, 1.0
 
 
 def outside_work(report: object) -> list[Flag]:
-    """`work_outside_call` (error) when the candidate's own threads used CPU between its
-    timed calls beyond a tenth of the timed total plus 1 ms, or a GPU was found busy at
-    the start of two or more calls (child/threads.py; the child's numbers, checked)."""
+    """`work_outside_call` when the candidate's threads used CPU between timed calls beyond
+    OUTSIDE_SHARE of the timed total plus OUTSIDE_SLACK_MS, or the GPU was busy at the start
+    of two or more calls (child/threads.py)."""
     if not isinstance(report, dict):
         return []
     nums = {k: report.get(k) for k in ("outside_ms", "timed_ms", "busy_calls")}
@@ -223,8 +216,7 @@ def outside_work(report: object) -> list[Flag]:
 
 
 def _correctness(cfg, labels: list[str], ref: ReferenceRun):
-    """Both rules' verdicts, the one asked deciding: the run's --tolerance, or the rule the
-    problem file names; f64 falls back to KernelBench's when the plan left no room."""
+    """Both rules' verdicts, the one asked (run's or problem's) deciding."""
     tol = ref.tolerance
     atol, rtol = tolerances(cfg.precision, cfg.atol, cfg.rtol)
     plan = ref.state.plan
@@ -242,9 +234,8 @@ def outputs_pass(cfg, labels: list[str], ref: ReferenceRun) -> bool:
 
 
 def _probe_flags(result: dict, diffs: dict[str, dict]) -> list[Flag]:
-    """The answer on a smaller batch (probes.probe_batch): wrong without an error means the
-    candidate holds only for the problem's own sizes (refusing other sizes with an error
-    is fine)."""
+    """A wrong answer without an error on a smaller batch (probes.probe_batch): the candidate
+    holds only for the problem's own sizes."""
     d = diffs.get(PROBE_LABEL)
     if d is None or result.get("probe") != PROBE_LABEL:
         return []
