@@ -27,11 +27,13 @@ class _NoFlockHere(OSError):
 
 
 def use_build_dirs(ext: str | None) -> None:
-    """Point load_inline and Triton at this source's build cache folder."""
+    """Point load_inline, Triton and inductor at this source's build cache folder, so a
+    later run of the same source (a warm pass, a retry) loads what an earlier compiled."""
     if ext:
         install()  # a killed child's build lock must not stall the next load
         os.environ["TORCH_EXTENSIONS_DIR"] = ext
         os.environ["TRITON_CACHE_DIR"] = str(Path(ext) / "triton")
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(Path(ext) / "inductor")
 
 
 def install() -> None:
