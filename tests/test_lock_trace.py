@@ -72,3 +72,29 @@ def test_a_trace_that_cannot_be_written_never_keeps_the_device(tmp_path, monkeyp
     assert lock.mode is None
     other.acquire("exclusive")  # free again: it would block for ever if still held
     other.release()
+
+
+def test_every_hold_of_a_run_is_released_in_the_trace(tmp_path, monkeypatch, build_cache_dir):
+    """A child lets go of its last shared hold (traced) before it ends: a hold left open
+    would count as held until the trace's end and be named as holding up later waits."""
+    from pathlib import Path
+
+    from kb_eval.eval import EvalConfig, evaluate
+    from kb_eval.problems import load_problems
+    from kb_eval.timing import TimingSettings
+
+    problems = Path(__file__).parent / "adversarial" / "problems"
+    problem = next(p for p in load_problems(str(problems)) if p.problem_id == 1)  # 2x + y
+    honest = ("import torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n"
+              "    def forward(self, x, y):\n        return x * 2.0 + y\n")
+    trace = tmp_path / "holds"
+    monkeypatch.setenv(TRACE_VAR, str(trace))
+    cfg = EvalConfig(backend="cpp", live_baseline=True, correct_trials=2, jobs=1,
+                     timing=TimingSettings(warmup=1, trials=3), cache_dir=build_cache_dir,
+                     results_dir=tmp_path / "r")
+    (record,) = list(evaluate([(problem, 0, honest)], cfg))
+    assert record.status == "correct", record.error
+    balance: dict[tuple[str, str], int] = {}
+    for _, pid, _, mode, event in (line.split() for line in trace.read_text().splitlines()):
+        balance[(pid, mode)] = balance.get((pid, mode), 0) + (1 if event == "+" else -1)
+    assert balance and all(v == 0 for v in balance.values()), balance

@@ -83,11 +83,22 @@ def warm_up() -> None:
 
 def run_candidate(payload: dict, workdir: Path) -> dict:
     workdir, task = Path(workdir), CandidateTask.model_validate(payload)
+    # untimed device work holds the lock shared, timing alone (kb_eval/devlock.py)
+    lock = DeviceLock(task.device_lock)
+    try:
+        return _run(task, workdir, lock)
+    finally:  # let go once the device is idle, traced, rather than at the process's end
+        try:
+            sync(torch.device(task.device))
+        except Exception:  # noqa: BLE001 - a broken context: nothing of ours runs on it
+            pass
+        lock.release()
+
+
+def _run(task: CandidateTask, workdir: Path, lock: DeviceLock) -> dict:
     device, precision = torch.device(task.device), task.precision
     steps = Laps()
     set_phase(workdir, "setup")
-    # untimed device work holds the lock shared, timing alone (kb_eval/devlock.py)
-    lock = DeviceLock(task.device_lock)
     mark(workdir, "wait")  # queued behind a timing step: not charged to this child
     lock.acquire("shared")
     mark(workdir, "setup")
