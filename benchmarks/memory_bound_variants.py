@@ -4,8 +4,10 @@ kernel or the fixed cost around one call.
 
 Builds memory_bound_variants.cu (every variant, no torch headers) and a small C++ entry
 into one extension, then for each shape and dtype times eager, torch's copy (`clone`) and
-every variant (the `cur` ones copy the shipped solutions; `cur/heavy` also their C++
-entry: device guard, .contiguous(), empty_like; the others go through a lighter entry):
+every variant (the `cur` ones copy the solutions' kernels before the winners were ported:
+gelu.py now runs `t128_u1` (fp32) and `poly` (bf16), layernorm.py `w8_occ4_nc_cs` (fp32)
+and `persist8_nc_cs` (bf16); `cur/heavy` also the C++ entry (device guard, .contiguous(),
+empty_like), the others go through a lighter entry):
   call     as benchmarks/reference_kernels.py: one call from Python, L2 flushed by zeroing
            a 2x-L2 buffer, --cover-ms of GPU spin queued before the start event (kb_eval's
            launch cover: the host's path to the kernel is not timed), CUDA events, median

@@ -47,11 +47,11 @@ def test_edited_part_makes_its_users_stale(copy):
     proc = generate("--check", "--root", str(copy))
     assert proc.returncode == 1
     assert stale_files(proc) == users_of(copy, "layernorm_epilogue.cuh")
-    assert len(stale_files(proc)) == 5  # layernorm, both GEMM + LN twins, both __cublas twins
+    assert len(stale_files(proc)) == 4  # both GEMM + LN twins, both __cublas twins (layernorm.py: its own kernel)
     assert {p: p.read_text() for p in before} == before  # --check writes nothing
     assert generate("--root", str(copy)).returncode == 0
     assert generate("--check", "--root", str(copy)).returncode == 0
-    assert "WARPS = 4" in (copy / "cuda" / "layernorm.py").read_text()
+    assert "WARPS = 4" in (copy / "cuda" / "gemm_bias_add_layernorm.py").read_text()
 
 
 def test_nested_part_reaches_every_file(copy):
@@ -76,7 +76,7 @@ def test_hand_edit_inside_a_block_is_stale(copy):
 
 
 def test_broken_markers_are_errors(copy):
-    path = copy / "cuda" / "layernorm.py"
+    path = copy / "cuda" / "gemm_bias_add_layernorm.py"
     text = path.read_text()
     path.write_text(text.replace("// ---- END generated from _parts/layernorm_epilogue.cuh ----\n", ""))
     proc = generate("--check", "--root", str(copy))

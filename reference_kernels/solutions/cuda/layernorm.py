@@ -1,6 +1,7 @@
-"""BERT LayerNorm(768): one warp per row, the row in registers (16-byte loads/stores),
-two-pass statistics (mean, then mean squared deviation) by warp shuffles; fp32, bf16 and
-fp16 (fp32 math, output in the input's type). Other widths and dtypes fall back to PyTorch.
+"""BERT LayerNorm(768): a warp per row, the row in registers (16-byte loads/stores), two-pass
+statistics by warp shuffles, fp32 math, output in the input's type; x read once uncached, out
+stored streaming. fp32: 8 rows per block at 4 blocks per SM; bf16/fp16: a resident grid whose
+warps stride over rows, loading the next row early. Other widths and dtypes fall back to PyTorch.
 """
 
 import torch
@@ -9,35 +10,47 @@ import torch.nn.functional as F
 from torch.utils.cpp_extension import load_inline
 
 CUDA_SRC = r"""
-// ---- BEGIN generated from _parts/layernorm_epilogue.cuh: edit there, then run reference_kernels/generate.py ----
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-// One warp per 768-wide row, everything in registers: v = act(y + b) + residual (each part
-// optional), then a two-pass LayerNorm (mean, then mean squared deviation) by warp shuffles.
-// 16-byte loads and stores; bf16 / fp16 round where eager PyTorch rounds (each op's output).
-// out may be y (in place): a warp reads its whole row before it writes any of it.
-namespace kbr {
-constexpr int HIDDEN = 768, WARPS = 8;
+// LayerNorm over 768-wide rows, a warp per row, the row in registers as 16-byte vectors
+// (vector c*32 + lane), two-pass statistics (mean, then mean squared deviation) by warp
+// shuffles, fp32 math, output rounded once. x is read once (non-coherent, no L1 allocation)
+// and out written once (streaming stores); gamma/beta, read by every row, go through L1.
+// fp32: 8 rows per block, registers capped for 4 blocks per SM (more rows in flight);
+// bf16/fp16: a grid of resident blocks whose warps stride over rows, each loading its next
+// row before reducing the current one.
+namespace kbl {
+constexpr int kHidden = 768;
 
-template <typename T> struct Vec;
-template <> struct Vec<float> {
-  static constexpr int N = 4;
-  static __device__ __forceinline__ void load(const float* p, float* v) {
-    const float4 q = *reinterpret_cast<const float4*>(p);
-    v[0] = q.x; v[1] = q.y; v[2] = q.z; v[3] = q.w;
+__device__ __forceinline__ uint4 ld_nc16(const uint4* p) {
+  uint4 r;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+  return r;
+}
+__device__ __forceinline__ void st_cs16(uint4* p, uint4 v) {
+  asm volatile("st.global.cs.v4.u32 [%0], {%1,%2,%3,%4};"
+               :: "l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+}
+
+// 16 bytes <-> fp32 values: 4 floats, or 8 bf16 / fp16 widened to fp32.
+template <typename T> struct Pack;
+template <> struct Pack<float> {
+  static constexpr int E = 4;
+  static __device__ __forceinline__ void unpack(uint4 q, float* v) {
+    v[0] = __uint_as_float(q.x); v[1] = __uint_as_float(q.y);
+    v[2] = __uint_as_float(q.z); v[3] = __uint_as_float(q.w);
   }
-  static __device__ __forceinline__ void store(float* p, const float* v) {
-    *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+  static __device__ __forceinline__ uint4 pack(const float* v) {
+    return make_uint4(__float_as_uint(v[0]), __float_as_uint(v[1]), __float_as_uint(v[2]), __float_as_uint(v[3]));
   }
-  static __device__ __forceinline__ float round(float v) { return v; }
 };
-template <> struct Vec<__nv_bfloat16> {
-  static constexpr int N = 8;
-  static __device__ __forceinline__ void load(const __nv_bfloat16* p, float* v) {
-    const uint4 q = *reinterpret_cast<const uint4*>(p);
+template <> struct Pack<__nv_bfloat16> {
+  static constexpr int E = 8;
+  static __device__ __forceinline__ void unpack(uint4 q, float* v) {
     const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&q);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -45,19 +58,17 @@ template <> struct Vec<__nv_bfloat16> {
       v[2 * i] = f.x; v[2 * i + 1] = f.y;
     }
   }
-  static __device__ __forceinline__ void store(__nv_bfloat16* p, const float* v) {
+  static __device__ __forceinline__ uint4 pack(const float* v) {
     uint4 q;
     __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&q);
 #pragma unroll
     for (int i = 0; i < 4; ++i) h[i] = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
-    *reinterpret_cast<uint4*>(p) = q;
+    return q;
   }
-  static __device__ __forceinline__ float round(float v) { return __bfloat162float(__float2bfloat16(v)); }
 };
-template <> struct Vec<__half> {
-  static constexpr int N = 8;
-  static __device__ __forceinline__ void load(const __half* p, float* v) {
-    const uint4 q = *reinterpret_cast<const uint4*>(p);
+template <> struct Pack<__half> {
+  static constexpr int E = 8;
+  static __device__ __forceinline__ void unpack(uint4 q, float* v) {
     const __half2* h = reinterpret_cast<const __half2*>(&q);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -65,36 +76,14 @@ template <> struct Vec<__half> {
       v[2 * i] = f.x; v[2 * i + 1] = f.y;
     }
   }
-  static __device__ __forceinline__ void store(__half* p, const float* v) {
+  static __device__ __forceinline__ uint4 pack(const float* v) {
     uint4 q;
     __half2* h = reinterpret_cast<__half2*>(&q);
 #pragma unroll
     for (int i = 0; i < 4; ++i) h[i] = __floats2half2_rn(v[2 * i], v[2 * i + 1]);
-    *reinterpret_cast<uint4*>(p) = q;
+    return q;
   }
-  static __device__ __forceinline__ float round(float v) { return __half2float(__float2half(v)); }
 };
-
-// GELU(v) = v/2 (1 + erf(v/sqrt2)), erf(t) = sign(t) (1 - 2^(-t q(|t|))) with q of degree 7
-// fitted to -log2(erfc(t))/t on [0, 3.92] (beyond it erf rounds to 1 in fp32): |error| <=
-// 1.1e-7 in fp32 (erff's own: 6e-8), 13 instructions against erff's ~27. GELU needs erf's
-// absolute error (1 + erf), which 1 - 2^(...) keeps small near 0. On the H100, erff cost 3 us of
-// this pass's 17.9 at 8192 x 768 bf16 (14.8 without GELU); GEMM + this pass went 73.0 -> 71.9 us
-// with it, 69.6 with the dependent launch too (eager: 106.6). Its bf16 outputs were bit for bit
-// erff's (8192 and 4096 rows: no element differed).
-__device__ __forceinline__ float erf_fast(float v) {
-  const float t = fminf(fabsf(v), 3.92f);
-  float q = 4.535800326e-05f;
-  q = fmaf(q, t, -4.455017333e-04f);
-  q = fmaf(q, t, 1.489419723e-03f);
-  q = fmaf(q, t, 7.746692281e-04f);
-  q = fmaf(q, t, -2.825371735e-02f);
-  q = fmaf(q, t, 1.484816372e-01f);
-  q = fmaf(q, t, 9.184163809e-01f);
-  q = fmaf(q, t, 1.627908587e+00f);
-  return copysignf(1.f - exp2f(-q * t), v);
-}
-__device__ __forceinline__ float gelu_erf(float v) { return 0.5f * v * (1.f + erf_fast(v * 0.70710678118654752f)); }
 
 __device__ __forceinline__ float warp_sum(float s) {
 #pragma unroll
@@ -102,114 +91,147 @@ __device__ __forceinline__ float warp_sum(float s) {
   return s;
 }
 
-template <typename T, bool GELU>
-__global__ void __launch_bounds__(WARPS * 32, 3)
-    bias_act_res_ln_kernel(const T* y, const T* __restrict__ bias, const T* __restrict__ res,
-                           const T* __restrict__ gamma, const T* __restrict__ beta, T* out, int M, float eps) {
-  using V = Vec<T>;
-  constexpr int E = V::N, C = HIDDEN / (32 * E);  // elements per vector, vectors per lane
-  const int lane = threadIdx.x & 31, row = blockIdx.x * WARPS + (threadIdx.x >> 5);
-  if (row >= M) return;
-  const size_t base = (size_t)row * HIDDEN;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  // Launched as a programmatic dependent (launch_bias_act_res_ln): this block may start while
-  // the GEMM before it finishes; past the wait, all work before this kernel is complete.
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
+// One row held by a warp as C 16-byte vectors per lane (vector c*32 + lane): normalised in
+// place, two-pass statistics by shuffles, gamma/beta read through L1.
+template <typename T, int C>
+__device__ __forceinline__ void ln_warp_row(uint4 (&raw)[C], const T* __restrict__ gamma,
+                                            const T* __restrict__ beta, float eps, int lane) {
+  using P = Pack<T>;
+  constexpr int E = P::E;
   float v[C][E];
 #pragma unroll
-  for (int c = 0; c < C; ++c) V::load(y + base + (c * 32 + lane) * E, v[c]);  // all loads first
-  if (res) {
-    float r[C][E];
-#pragma unroll
-    for (int c = 0; c < C; ++c) V::load(res + base + (c * 32 + lane) * E, r[c]);
-#pragma unroll
-    for (int c = 0; c < C; ++c) {
-      float b[E];
-      if (bias) V::load(bias + (c * 32 + lane) * E, b);
-#pragma unroll
-      for (int e = 0; e < E; ++e) {
-        float x = bias ? V::round(v[c][e] + b[e]) : v[c][e];
-        if (GELU) x = V::round(gelu_erf(x));
-        v[c][e] = V::round(x + r[c][e]);
-      }
-    }
-  }
+  for (int c = 0; c < C; ++c) P::unpack(raw[c], v[c]);
   float s = 0.f;
 #pragma unroll
   for (int c = 0; c < C; ++c)
 #pragma unroll
     for (int e = 0; e < E; ++e) s += v[c][e];
-  const float mean = warp_sum(s) * (1.f / HIDDEN);
+  const float mean = warp_sum(s) * (1.f / kHidden);
   float q = 0.f;
 #pragma unroll
   for (int c = 0; c < C; ++c)
 #pragma unroll
     for (int e = 0; e < E; ++e) q += (v[c][e] - mean) * (v[c][e] - mean);
-  const float rstd = rsqrtf(warp_sum(q) * (1.f / HIDDEN) + eps);
+  const float rstd = rsqrtf(warp_sum(q) * (1.f / kHidden) + eps);
+  const uint4* g4 = reinterpret_cast<const uint4*>(gamma);
+  const uint4* b4 = reinterpret_cast<const uint4*>(beta);
 #pragma unroll
   for (int c = 0; c < C; ++c) {
     float ga[E], be[E];
-    if (gamma) V::load(gamma + (c * 32 + lane) * E, ga);
-    if (beta) V::load(beta + (c * 32 + lane) * E, be);
+    P::unpack(__ldg(g4 + c * 32 + lane), ga);
+    P::unpack(__ldg(b4 + c * 32 + lane), be);
 #pragma unroll
-    for (int e = 0; e < E; ++e) {
-      float o = (v[c][e] - mean) * rstd;
-      if (gamma) o *= ga[e];
-      if (beta) o += be[e];
-      v[c][e] = o;
-    }
-    V::store(out + base + (c * 32 + lane) * E, v[c]);
+    for (int e = 0; e < E; ++e) v[c][e] = (v[c][e] - mean) * rstd * ga[e] + be[e];
+    raw[c] = P::pack(v[c]);
   }
 }
-}  // namespace kbr
 
-// res == nullptr: plain LayerNorm of y (bias and GELU unused). gamma/beta may be null.
-// dtype: kF32, kBF16 or kF16 (the tensors' element type).
-enum KbDtype { kF32 = 0, kBF16 = 1, kF16 = 2 };
-cudaError_t launch_bias_act_res_ln(int dtype, bool gelu, const void* y, const void* b, const void* res,
-                                   const void* gamma, const void* beta, void* out, int M, float eps,
-                                   cudaStream_t stream) {
-  using namespace kbr;
-  // Hopper and later: a programmatic dependent launch, so that launching and scheduling this
-  // kernel overlap the GEMM's last wave instead of following it (griddepcontrol.wait above).
-  int device = 0, major = 0;
-  cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3((M + WARPS - 1) / WARPS);
-  cfg.blockDim = dim3(WARPS * 32);
-  cfg.stream = stream;
-  cfg.attrs = attr;
-  cfg.numAttrs = major >= 9 ? 1 : 0;
-  cudaError_t err;
-#define KBR_LAUNCH(T, G)                                                                                  \
-  err = cudaLaunchKernelEx(&cfg, bias_act_res_ln_kernel<T, G>, static_cast<const T*>(y), static_cast<const T*>(b), \
-                     static_cast<const T*>(res), static_cast<const T*>(gamma), static_cast<const T*>(beta),   \
-                     static_cast<T*>(out), M, eps)
-  if (dtype == kBF16) {
-    if (gelu) KBR_LAUNCH(__nv_bfloat16, true); else KBR_LAUNCH(__nv_bfloat16, false);
-  } else if (dtype == kF16) {
-    if (gelu) KBR_LAUNCH(__half, true); else KBR_LAUNCH(__half, false);
-  } else {
-    if (gelu) KBR_LAUNCH(float, true); else KBR_LAUNCH(float, false);
-  }
-#undef KBR_LAUNCH
-  return err != cudaSuccess ? err : cudaGetLastError();
+// A warp per row, WARPS rows per block, one row per warp; MINB > 0 caps the registers so that
+// MINB blocks fit on an SM (more rows in flight).
+template <typename T, int WARPS, int MINB>
+__global__ void __launch_bounds__(WARPS * 32, MINB > 0 ? MINB : 1) ln_warp(const T* __restrict__ x, const T* __restrict__ gamma,
+                                                      const T* __restrict__ beta, T* __restrict__ out, int M, float eps) {
+  constexpr int V = kHidden / Pack<T>::E, C = V / 32;
+  const int lane = threadIdx.x & 31, row = blockIdx.x * WARPS + (threadIdx.x >> 5);
+  if (row >= M) return;
+  const uint4* xr = reinterpret_cast<const uint4*>(x) + (size_t)row * V;
+  uint4* orow = reinterpret_cast<uint4*>(out) + (size_t)row * V;
+  uint4 raw[C];
+#pragma unroll
+  for (int c = 0; c < C; ++c) raw[c] = ld_nc16(xr + c * 32 + lane);
+  ln_warp_row<T, C>(raw, gamma, beta, eps, lane);
+#pragma unroll
+  for (int c = 0; c < C; ++c) st_cs16(orow + c * 32 + lane, raw[c]);
 }
-// ---- END generated from _parts/layernorm_epilogue.cuh ----
+
+// Resident warps loop over rows (stride = all warps of the grid), the next row's loads issued
+// before the current row is reduced and stored.
+template <typename T, int WARPS>
+__global__ void __launch_bounds__(WARPS * 32) ln_persist(const T* __restrict__ x, const T* __restrict__ gamma,
+                                                         const T* __restrict__ beta, T* __restrict__ out, int M, float eps) {
+  constexpr int V = kHidden / Pack<T>::E, C = V / 32;
+  const int lane = threadIdx.x & 31, stride = gridDim.x * WARPS;
+  int row = blockIdx.x * WARPS + (threadIdx.x >> 5);
+  if (row >= M) return;
+  const uint4* xv = reinterpret_cast<const uint4*>(x);
+  uint4* ov = reinterpret_cast<uint4*>(out);
+  uint4 nxt[C];
+#pragma unroll
+  for (int c = 0; c < C; ++c) nxt[c] = ld_nc16(xv + (size_t)row * V + c * 32 + lane);
+  for (; row < M; row += stride) {
+    uint4 raw[C];
+#pragma unroll
+    for (int c = 0; c < C; ++c) raw[c] = nxt[c];
+    if (row + stride < M) {
+#pragma unroll
+      for (int c = 0; c < C; ++c) nxt[c] = ld_nc16(xv + (size_t)(row + stride) * V + c * 32 + lane);
+    }
+    ln_warp_row<T, C>(raw, gamma, beta, eps, lane);
+#pragma unroll
+    for (int c = 0; c < C; ++c) st_cs16(ov + (size_t)row * V + c * 32 + lane, raw[c]);
+  }
+}
+
+inline int sm_count() {
+  static int sms = 0;
+  if (!sms) {
+    int dev = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    if (sms < 1) sms = 1;
+  }
+  return sms;
+}
+
+// Blocks of `kernel` resident per SM (occupancy API, asked once per kernel).
+template <typename K>
+int resident(K kernel, int threads, int& cache) {
+  if (!cache) {
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&cache, kernel, threads, 0);
+    if (cache < 1) cache = 1;
+  }
+  return cache;
+}
+
+template <typename T, int WARPS, int MINB>
+cudaError_t launch_warp(const void* x, const void* g, const void* b, void* out, int M, float eps, cudaStream_t s) {
+  ln_warp<T, WARPS, MINB><<<(M + WARPS - 1) / WARPS, WARPS * 32, 0, s>>>(
+      static_cast<const T*>(x), static_cast<const T*>(g), static_cast<const T*>(b), static_cast<T*>(out), M, eps);
+  return cudaGetLastError();
+}
+
+// Any grid size is correct (warps stride over rows): the SM count cached from the first
+// device only changes how many blocks run.
+template <typename T, int WARPS>
+cudaError_t launch_persist(const void* x, const void* g, const void* b, void* out, int M, float eps, cudaStream_t s) {
+  static int cache = 0;
+  const int res = resident(ln_persist<T, WARPS>, WARPS * 32, cache);
+  int blocks = res * sm_count();
+  const int need = (M + WARPS - 1) / WARPS;
+  if (blocks > need) blocks = need;
+  if (blocks < 1) blocks = 1;
+  ln_persist<T, WARPS><<<blocks, WARPS * 32, 0, s>>>(
+      static_cast<const T*>(x), static_cast<const T*>(g), static_cast<const T*>(b), static_cast<T*>(out), M, eps);
+  return cudaGetLastError();
+}
+}  // namespace kbl
+
+// dtype: 0 fp32, 1 bf16, 2 fp16. x, gamma, beta, out: contiguous, 16-byte aligned, x != out.
+cudaError_t launch_layernorm(int dtype, const void* x, const void* gamma, const void* beta, void* out, int M,
+                             float eps, cudaStream_t stream) {
+  using namespace kbl;
+  if (dtype == 1) return launch_persist<__nv_bfloat16, 8>(x, gamma, beta, out, M, eps, stream);
+  if (dtype == 2) return launch_persist<__half, 8>(x, gamma, beta, out, M, eps, stream);
+  return launch_warp<float, 8, 4>(x, gamma, beta, out, M, eps, stream);
+}
 """
 
 CPP_SRC = r"""
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
-cudaError_t launch_bias_act_res_ln(int dtype, bool gelu, const void* y, const void* b, const void* res,
-                                   const void* gamma, const void* beta, void* out, int M, float eps,
-                                   cudaStream_t stream);
+cudaError_t launch_layernorm(int dtype, const void* x, const void* gamma, const void* beta, void* out, int M,
+                             float eps, cudaStream_t stream);
 
 torch::Tensor layernorm_forward(torch::Tensor x, c10::optional<torch::Tensor> gamma,
                                 c10::optional<torch::Tensor> beta, double eps) {
@@ -219,17 +241,19 @@ torch::Tensor layernorm_forward(torch::Tensor x, c10::optional<torch::Tensor> ga
   TORCH_CHECK(x.size(-1) == 768, "rows of 768 only");
   const c10::cuda::CUDAGuard guard(x.device());
   auto xc = x.contiguous();
+  // The kernel always scales and shifts: absent gamma / beta become ones / zeros.
   torch::Tensor gc, bc;
   if (gamma.has_value()) { TORCH_CHECK(gamma->scalar_type() == dt && gamma->numel() == 768, "gamma"); gc = gamma->contiguous(); }
+  else gc = torch::ones({768}, xc.options());
   if (beta.has_value()) { TORCH_CHECK(beta->scalar_type() == dt && beta->numel() == 768, "beta"); bc = beta->contiguous(); }
+  else bc = torch::zeros({768}, xc.options());
   auto out = torch::empty_like(xc);
   const int64_t M = xc.numel() / 768;
   if (M == 0) return out;
   TORCH_CHECK(M < (int64_t)1 << 30, "too many rows");
-  const cudaError_t err = launch_bias_act_res_ln(dt == at::kBFloat16 ? 1 : dt == at::kHalf ? 2 : 0, false, xc.data_ptr(), nullptr, nullptr,
-                                                 gc.defined() ? gc.data_ptr() : nullptr,
-                                                 bc.defined() ? bc.data_ptr() : nullptr, out.data_ptr(), (int)M,
-                                                 (float)eps, c10::cuda::getCurrentCUDAStream());
+  const cudaError_t err = launch_layernorm(dt == at::kBFloat16 ? 1 : dt == at::kHalf ? 2 : 0, xc.data_ptr(),
+                                           gc.data_ptr(), bc.data_ptr(), out.data_ptr(), (int)M, (float)eps,
+                                           c10::cuda::getCurrentCUDAStream());
   TORCH_CHECK(err == cudaSuccess, "layernorm launch: ", cudaGetErrorString(err));
   return out;
 }
