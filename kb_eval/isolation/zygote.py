@@ -60,6 +60,7 @@ def main(fd: int) -> None:
             pass
     if sandbox.policy_from_env() is not None:
         sandbox.read_roots(sandbox.Policy())  # found once here, for every child
+        sandbox.preload()
     hazard = fork_hazard()
     control.send(json.dumps({"ready": hazard is None, "error": hazard}).encode())
     while hazard is None:
