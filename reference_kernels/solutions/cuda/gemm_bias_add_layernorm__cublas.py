@@ -78,6 +78,7 @@ template <> struct Vec<__half> {
   static __device__ __forceinline__ float round(float v) { return __half2float(__float2half(v)); }
 };
 
+// ---- BEGIN generated from _parts/erf_fast.cuh: edit there, then run reference_kernels/generate.py ----
 // GELU(v) = v/2 (1 + erf(v/sqrt2)), erf(t) = sign(t) (1 - 2^(-t q(|t|))) with q of degree 7
 // fitted to -log2(erfc(t))/t on [0, 3.92] (beyond it erf rounds to 1 in fp32): |error| <=
 // 1.1e-7 in fp32 (erff's own: 6e-8), 13 instructions against erff's ~27. GELU needs erf's
@@ -97,6 +98,7 @@ __device__ __forceinline__ float erf_fast(float v) {
   q = fmaf(q, t, 1.627908587e+00f);
   return copysignf(1.f - exp2f(-q * t), v);
 }
+// ---- END generated from _parts/erf_fast.cuh ----
 __device__ __forceinline__ float gelu_erf(float v) { return 0.5f * v * (1.f + erf_fast(v * 0.70710678118654752f)); }
 
 __device__ __forceinline__ float warp_sum(float s) {

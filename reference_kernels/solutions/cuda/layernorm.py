@@ -36,6 +36,7 @@ __device__ __forceinline__ void st_cs16(uint4* p, uint4 v) {
                :: "l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
 }
 
+// ---- BEGIN generated from _parts/pack16.cuh: edit there, then run reference_kernels/generate.py ----
 // 16 bytes <-> fp32 values: 4 floats, or 8 bf16 / fp16 widened to fp32.
 template <typename T> struct Pack;
 template <> struct Pack<float> {
@@ -84,6 +85,7 @@ template <> struct Pack<__half> {
     return q;
   }
 };
+// ---- END generated from _parts/pack16.cuh ----
 
 __device__ __forceinline__ float warp_sum(float s) {
 #pragma unroll
