@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import sys
 import threading
 import time
 
@@ -174,3 +175,67 @@ def test_budgets_charge_a_compile_to_the_step_it_interrupts(tmp_path):
     over = _step(budgets, tmp_path, "compile", 2.0)
     assert over and "compiling" in over, over
     assert _step(budgets, tmp_path, "call 1") is None  # a new step, a new budget
+
+
+def test_torch_compile_and_its_benchmarks_take_their_own_turns(tmp_path):
+    """torch.compile's compile (dynamo's `_compile`, the backend inside it) runs with the
+    shared hold let go; an autotuner's benchmark inside it takes the device back; the
+    step it interrupted resumes holding the device."""
+    import torch
+
+    lock = DeviceLock(tmp_path / "dev.lock")
+    lock.acquire("shared")
+    mark(tmp_path, "call 1")
+    turn = compiles.CompileTurn(lock, tmp_path)
+    compiles.around_jit_compiles(turn)
+    seen = []
+
+    def backend(gm, example_inputs):
+        seen.append(("compiling", lock.mode, (tmp_path / PROGRESS).read_text()))
+        with turn.device_turn():  # as Benchmarker.benchmark_gpu runs, wrapped
+            seen.append(("benchmark", lock.mode))
+        seen.append(("compiling", lock.mode))
+        return gm.forward
+
+    compiled = torch.compile(lambda x: x * 2 + 1, backend=backend, dynamic=False)
+    assert compiled(torch.ones(3)).tolist() == [3.0, 3.0, 3.0]
+    assert seen == [("compiling", None, "compile"), ("benchmark", "shared"),
+                    ("compiling", None)]
+    assert lock.mode == "shared" and turn.seconds > 0
+    assert (tmp_path / PROGRESS).read_text() == "call 1"
+    script_before = turn.seconds
+    assert torch.jit.script(_plus_one)(torch.ones(1)).item() == 2.0
+    assert turn.seconds > script_before and lock.mode == "shared"
+
+
+def _plus_one(x):
+    return x + 1
+
+
+def test_a_compiler_imported_later_is_wrapped_as_it_loads(tmp_path, monkeypatch):
+    """Triton and inductor's benchmarker load only when a candidate uses them: their
+    entry points are wrapped as the import finishes, an import from its own name too."""
+    (tmp_path / "kb_late_compiler.py").write_text("def compile(x):\n    return x * 2\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    entered = []
+    compiles._after_import("kb_late_compiler", lambda m: compiles._wrap_path(
+        m, "compile", lambda: _Counting(entered)))
+    import kb_late_compiler
+    from kb_late_compiler import compile as by_name
+
+    assert kb_late_compiler.compile(2) == 4 and by_name(3) == 6 and entered == [1, 1]
+    compiles._after_import("kb_late_compiler", lambda m: compiles._wrap_path(
+        m, "compile", lambda: _Counting(entered)))  # already loaded: wrapped at once,
+    assert kb_late_compiler.compile(1) == 2 and entered == [1, 1, 1]  # not twice
+    sys.modules.pop("kb_late_compiler")
+
+
+class _Counting:
+    def __init__(self, entered: list):
+        self.entered = entered
+
+    def __enter__(self):
+        self.entered.append(1)
+
+    def __exit__(self, *exc):
+        return False

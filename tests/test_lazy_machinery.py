@@ -75,6 +75,8 @@ def test_compiled_candidate_clean_tf32_flagged(tmp_path, build_cache_dir):
     compiled, tf32 = records[0], records[1]
     assert compiled.status == "correct", (compiled.error, compiled.flags)
     assert not [f for f in compiled.flags if f.severity == "error"], compiled.flags
+    # its compile ran with the device let go (child/compiles.py), as the child counts it
+    assert compiled.phases.get("child_compile", 0) > 0, compiled.phases
     # inductor's cache lives in the source's build entry, so a warm pass loads it
     kept = [f for d in Path(build_cache_dir).rglob("inductor") for f in d.rglob("*")
             if f.is_file()]

@@ -26,7 +26,8 @@ from kb_eval.eval.wire import device as device_wire, outputs
 from kb_eval.eval.child.baton import use_build_dirs
 from kb_eval.eval.child.gate import may_time
 from kb_eval.eval.child.calls import TimedCalls, Watch, round_ends
-from kb_eval.eval.child.compiles import CompileTurn, around_compiles, yield_turn
+from kb_eval.eval.child.compiles import (CompileTurn, around_compiles, around_jit_compiles,
+                                         yield_turn)
 from kb_eval.eval.child.observe import OutputTypeError, observe, output_tensors
 from kb_eval.eval.child.paired import ROUNDS_FILE, time_paired
 from kb_eval.eval.child.rechecks import Rechecks
@@ -112,6 +113,7 @@ def _run(task: CandidateTask, workdir: Path, lock: DeviceLock) -> dict:
                     for i in range(task.correct_trials)]
     compiling = CompileTurn(lock, workdir)
     around_compiles(compiling)
+    around_jit_compiles(compiling)
     watch = Watch(device)  # last thing before candidate code: everything of ours is loaded
     set_phase(workdir, "load")
     mark(workdir, "load")
